@@ -1,0 +1,451 @@
+"""Collections: the user's handle on a stream of updates, with operator methods.
+
+A :class:`Collection` is an immutable handle on one node's output in a dataflow: a
+multiset of int64 rows (named columns) that changes over (partially ordered) time. Its
+methods build new operators and return new collections, so programs read as method
+chains::
+
+    counts = edges.map(lambda s, d: s, names=["src"]).count()
+
+Keyed operators (``join``, the reduce family, ``arrange_by_key``) use the first ``key``
+columns as the key (default 1; pass an int or a list of leading column names).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ddnumba.operators import linear as _linear
+from ddnumba.operators import reduce as _reduce_ops
+from ddnumba.operators.arrange import ArrangeNode
+from ddnumba.operators.join import JoinNode
+from ddnumba.operators.output import Captured, CaptureNode, Probe, ProbeNode
+from ddnumba.operators.reduce import ReduceNode
+
+_I64 = np.int64
+
+__all__ = ["Collection", "Arranged"]
+
+
+def _key_width(key, names, op):
+    if isinstance(key, (list, tuple)):
+        key = list(key)
+        if key != list(names[:len(key)]):
+            raise ValueError(f"{op}: key columns {key} must be the leading columns of "
+                             f"{names} (reorder with map first)")
+        return len(key)
+    k = int(key)
+    if not 0 <= k <= len(names):
+        raise ValueError(f"{op}: key width {k} out of range for columns {names}")
+    return k
+
+
+def _dedupe(names):
+    out, seen = [], set()
+    for n in names:
+        m = n
+        while m in seen:
+            m = m + "_right"
+        seen.add(m)
+        out.append(m)
+    return out
+
+
+class Collection:
+    """A changing multiset of int64 rows with named columns."""
+
+    def __init__(self, node, names):
+        self._node = node
+        self.names = list(names)
+
+    # -- basics --------------------------------------------------------------------
+    @property
+    def arity(self) -> int:
+        return len(self.names)
+
+    @property
+    def scope(self):
+        return self._node.scope
+
+    @property
+    def dataflow(self):
+        return self._node.df
+
+    def _new(self, node, names):
+        return Collection(node, names)
+
+    def _names_for(self, arity, names, op):
+        if names is None:
+            if arity == self.arity:
+                return list(self.names)
+            return [f"c{i}" for i in range(arity)]
+        names = [str(n) for n in ([names] if isinstance(names, str) else names)]
+        if len(names) != arity:
+            raise ValueError(f"{op}: {len(names)} names given for {arity} column(s)")
+        return names
+
+    def _same_scope(self, other, op):
+        other = other._collection if isinstance(other, Arranged) else other
+        if other._node.df is not self._node.df:
+            raise ValueError(f"{op}: collections belong to different dataflows")
+        if other.scope is not self.scope:
+            # Collections from an enclosing scope are entered automatically.
+            return self.scope.import_collection(other) if hasattr(
+                self.scope, "import_collection") else other
+        return other
+
+    def __repr__(self):
+        return f"Collection({self.names}, node={self._node!r})"
+
+    # -- linear operators ------------------------------------------------------------
+    def map(self, f, *, names=None, arity=None):
+        """Apply a vectorised function to every row.
+
+        ``f(*columns)`` receives one read-only int64 array per column and returns a tuple
+        of columns (or one array). ``names`` names the output columns (default: the
+        input's names when the arity is unchanged, else ``c0, c1, ...``).
+
+        Examples
+        --------
+        >>> import ddnumba as dd
+        >>> df = dd.Dataflow(); inp, c = df.new_input(["a", "b"])
+        >>> out = c.map(lambda a, b: (b, a + b), names=["b", "s"]).capture()
+        >>> inp.insert([1], [2], time=0); inp.close(); df.run()
+        >>> out.updates().to_pylist()
+        [{'b': 2, 's': 3, 'time': 0, 'diff': 1}]
+        """
+        if arity is None:
+            arity = len(names) if names is not None and not isinstance(names, str) else (
+                1 if isinstance(names, str) else None)
+        if arity is None:
+            arity = self._probe_arity(f)
+        out_names = self._names_for(arity, names, "map")
+        return self._new(_linear.MapNode(self.scope, self._node, f, arity), out_names)
+
+    def _probe_arity(self, f):
+        # Call f on empty columns to learn how many columns it returns.
+        out = f(*[np.empty(0, _I64) for _ in range(self.arity)])
+        if isinstance(out, (tuple, list)):
+            return len(out)
+        if isinstance(out, np.ndarray) and out.ndim == 2:
+            return out.shape[1]
+        return 1
+
+    def filter(self, predicate):
+        """Keep rows where ``predicate(*columns)`` (a boolean mask) is True."""
+        return self._new(_linear.FilterNode(self.scope, self._node, predicate), self.names)
+
+    def flat_map(self, f, *, names=None):
+        """``f(*columns) -> (row_index, *columns)``: each output row names its source row,
+        whose time and diff it takes (any number of outputs per input row)."""
+        if names is None:
+            arity = self._probe_arity(f) - 1
+        else:
+            names = [names] if isinstance(names, str) else list(names)
+            arity = len(names)
+        names = self._names_for(arity, names, "flat_map")
+        node = _linear.FlatMapNode(self.scope, self._node, f, arity)
+        return self._new(node, names)
+
+    def concat(self, *others):
+        """The sum (multiset union) of this collection and ``others``."""
+        others = [self._same_scope(o, "concat") for o in others]
+        for o in others:
+            if o.arity != self.arity:
+                raise ValueError(f"concat: arity {o.arity} of {o.names} differs from "
+                                 f"{self.arity} of {self.names}")
+        node = _linear.ConcatNode(self.scope, [self._node] + [o._node for o in others],
+                                  self.arity)
+        return self._new(node, self.names)
+
+    def negate(self):
+        """Every diff negated."""
+        return self._new(_linear.NegateNode(self.scope, [self._node], self.arity),
+                         self.names)
+
+    def consolidate(self):
+        """Sum updates of equal (row, time) and drop zeros."""
+        return self._new(_linear.ConsolidateNode(self.scope, [self._node], self.arity),
+                         self.names)
+
+    def inspect(self, f):
+        """Call ``f(table)`` on each batch of updates (an Arrow table: columns, time, diff)."""
+        return self._new(_linear.InspectNode(self.scope, self._node, f, self.names),
+                         self.names)
+
+    def delay(self, f):
+        """Advance each update's time to ``join(t, f(times))`` (``f`` is vectorised)."""
+        return self._new(_linear.DelayNode(self.scope, self._node, f), self.names)
+
+    # -- arrangements and joins -----------------------------------------------------
+    def arrange_by_key(self, *, key=1) -> "Arranged":
+        """Index this collection by its first ``key`` columns; shareable by joins."""
+        kw = _key_width(key, self.names, "arrange_by_key")
+        return Arranged(self, ArrangeNode(self.scope, self._node, kw, self.names), kw)
+
+    def arrange_by_self(self) -> "Arranged":
+        """Index by the whole row (no values)."""
+        return self.arrange_by_key(key=self.arity)
+
+    def _arranged(self, key, op):
+        kw = _key_width(key, self.names, op)
+        return Arranged(self, ArrangeNode(self.scope, self._node, kw, self.names), kw)
+
+    def join(self, other, *, key=1):
+        """Rows ``(key..., left values..., right values...)`` for every matching pair.
+
+        ``other`` is a Collection or an :class:`Arranged` (share one arrangement between
+        several joins). The output time is the join of the two times, the diff their
+        product.
+
+        Examples
+        --------
+        >>> import ddnumba as dd
+        >>> df = dd.Dataflow()
+        >>> ai, a = df.new_input(["k", "x"]); bi, b = df.new_input(["k", "y"])
+        >>> out = a.join(b).capture()
+        >>> ai.insert([1], [10], time=0); bi.insert([1], [20], time=1)
+        >>> ai.close(); bi.close(); df.run()
+        >>> out.updates().to_pylist()
+        [{'k': 1, 'x': 10, 'y': 20, 'time': 1, 'diff': 1}]
+        """
+        left = self._arranged(key, "join")
+        right = self._as_arranged(other, left.kw, "join")
+        names = _dedupe(self.names[:left.kw] + self.names[left.kw:]
+                        + right.names[right.kw:])
+        node = JoinNode(self.scope, left._node, right._node, names)
+        return self._new(node, names)
+
+    def _as_arranged(self, other, kw, op):
+        if isinstance(other, Arranged):
+            if other.kw != kw:
+                raise ValueError(f"{op}: the arrangement is keyed by {other.kw} column(s), "
+                                 f"this side by {kw}")
+            if other._node.scope is not self.scope:
+                raise ValueError(f"{op}: the arrangement belongs to another scope")
+            return other
+        other = self._same_scope(other, op)
+        return other._arranged(kw, op)
+
+    def join_map(self, other, f, *, key=1, names=None):
+        """``join`` followed by ``map(f)``."""
+        return self.join(other, key=key).map(f, names=names)
+
+    def semijoin(self, other, *, key=1):
+        """Rows whose key is in ``other`` (a collection of keys), diff multiplied by the
+        key's count in ``other``."""
+        kw = _key_width(key, self.names, "semijoin")
+        other_c = other._collection if isinstance(other, Arranged) else other
+        if other_c.arity != kw:
+            raise ValueError(f"semijoin: other must have exactly {kw} key column(s), "
+                             f"has {other_c.names}")
+        joined = self.join(other, key=kw)
+        return joined  # right side has no value columns: rows are (key, left values)
+
+    def antijoin(self, other, *, key=1):
+        """Rows whose key is not in ``other``: ``self - self.semijoin(other)``."""
+        return self.concat(self.semijoin(other, key=key).negate())
+
+    # -- reduce family ----------------------------------------------------------------
+    def _reduce(self, kw, logic, ow, names, op):
+        arr = ArrangeNode(self.scope, self._node, kw, self.names)
+        node = ReduceNode(self.scope, arr, logic, ow, names, name=op)
+        return self._new(node, names)
+
+    def reduce(self, logic, *, key=1, names):
+        """Per-key user logic: ``logic(vals[n, vw], counts[n]) -> (out_vals, out_counts)``.
+
+        ``logic`` must be a ``numba.njit`` function; it sees the key's rows with non-zero
+        accumulated counts. ``names`` names the output (key columns, then outputs).
+        """
+        kw = _key_width(key, self.names, "reduce")
+        names = [names] if isinstance(names, str) else list(names)
+        ow = len(names) - kw
+        if ow < 0:
+            raise ValueError(f"reduce: names {names} must include the {kw} key column(s)")
+        from ddnumba.kernels import reduce as _rk
+        driver = _rk.make_user_driver(logic, ow)
+        return self._reduce(kw, driver, ow, names, "reduce")
+
+    def count(self, *, key=1, name="count"):
+        """``(key..., count)``: the sum of the counts of each key's rows."""
+        kw = _key_width(key, self.names, "count")
+        return self._reduce(kw, _reduce_ops.logic_count, 1, self.names[:kw] + [name],
+                            "count")
+
+    def sum(self, col, *, key=1, name=None):
+        """``(key..., sum)`` of ``col * count`` over each key's rows."""
+        kw = _key_width(key, self.names, "sum")
+        c = self._value_col(col, kw, "sum")
+        return self._reduce(kw, _reduce_ops.logic_sum(c), 1,
+                            self.names[:kw] + [name or f"sum_{self.names[kw + c]}"], "sum")
+
+    def min(self, col=None, *, key=1, name=None):
+        """``(key..., min)`` of ``col`` over rows with positive count."""
+        kw = _key_width(key, self.names, "min")
+        c = self._value_col(col, kw, "min")
+        return self._reduce(kw, _reduce_ops.logic_min(c), 1,
+                            self.names[:kw] + [name or f"min_{self.names[kw + c]}"], "min")
+
+    def max(self, col=None, *, key=1, name=None):
+        """``(key..., max)`` of ``col`` over rows with positive count."""
+        kw = _key_width(key, self.names, "max")
+        c = self._value_col(col, kw, "max")
+        return self._reduce(kw, _reduce_ops.logic_max(c), 1,
+                            self.names[:kw] + [name or f"max_{self.names[kw + c]}"], "max")
+
+    def _value_col(self, col, kw, op):
+        vals = self.names[kw:]
+        if not vals:
+            raise ValueError(f"{op}: no value columns besides the key {self.names[:kw]}")
+        if col is None:
+            return 0
+        if isinstance(col, str):
+            if col not in vals:
+                raise ValueError(f"{op}: column {col!r} is not a value column of "
+                                 f"{self.names} (key is {self.names[:kw]})")
+            return vals.index(col)
+        c = int(col)
+        if not 0 <= c < len(vals):
+            raise ValueError(f"{op}: value column index {c} out of range for {vals}")
+        return c
+
+    def distinct(self):
+        """Each row with positive count, once."""
+        return self._reduce(self.arity, _reduce_ops.logic_distinct, 0, self.names,
+                            "distinct")
+
+    def threshold(self, f):
+        """Each row with its count ``c`` replaced by ``f(c)`` (vectorised over counts)."""
+        return self._reduce(self.arity, _reduce_ops.logic_threshold(f), 0, self.names,
+                            "threshold")
+
+    def top_k(self, k, *, key=1):
+        """Per key, the ``k`` smallest value rows (counting multiplicity)."""
+        kw = _key_width(key, self.names, "top_k")
+        if int(k) < 1:
+            raise ValueError(f"top_k: k must be >= 1, got {k}")
+        return self._reduce(kw, _reduce_ops.logic_top_k(int(k)), self.arity - kw,
+                            self.names, "top_k")
+
+    # -- multiset operators (Naiad patent) --------------------------------------------
+    def _pair(self, other, combine, op):
+        other = self._same_scope(other, op)
+        if other.arity != self.arity:
+            raise ValueError(f"{op}: arity {other.arity} differs from {self.arity}")
+        a = self.map(lambda *cols: (*cols, np.zeros(len(cols[0]), _I64)),
+                     names=self.names + ["__tag"])
+        b = other.map(lambda *cols: (*cols, np.ones(len(cols[0]), _I64)),
+                      names=self.names + ["__tag"])
+        return a.concat(b)._reduce(self.arity, _reduce_ops.logic_pair(combine), 0,
+                                   self.names, op)
+
+    def union(self, other):
+        """Multiset union: each row with the max of its two counts."""
+        return self._pair(other, np.maximum, "union")
+
+    def intersect(self, other):
+        """Multiset intersection: each row with the min of its two counts."""
+        return self._pair(other, np.minimum, "intersect")
+
+    def except_(self, other):
+        """Multiset difference: each row with ``max(a - b, 0)``."""
+        return self._pair(other, lambda a, b: np.maximum(a - b, 0), "except_")
+
+    # -- iteration ----------------------------------------------------------------------
+    def iterate(self, body, *, max_iterations=None, name=None):
+        """The fixed point of ``x_{i+1} = body(x_i)`` starting from ``x_0 = self``.
+
+        ``body`` receives the loop variable (a collection with one more time coordinate,
+        the iteration) and returns the next value. Outer collections used inside are
+        entered automatically. ``max_iterations`` raises
+        :class:`~ddnumba.operators.iterate.IterationLimitError` if the loop has not
+        converged after that many rounds.
+
+        Examples
+        --------
+        >>> import ddnumba as dd
+        >>> df = dd.Dataflow()
+        >>> ei, edges = df.new_input(["src", "dst"]); ri, roots = df.new_input(["node"])
+        >>> reach = roots.iterate(lambda r: r.join(edges).map(
+        ...     lambda s, d: d, names=["node"]).concat(roots).distinct())
+        >>> out = reach.capture()
+        >>> ei.insert([1, 2], [2, 3], time=0); ri.insert([1], time=0)
+        >>> ei.close(); ri.close(); df.run()
+        >>> sorted(out.at(0).column("node").to_pylist())
+        [1, 2, 3]
+        """
+        from ddnumba.operators.iterate import Variable, build_loop
+
+        def build(loop):
+            var = Variable(loop.scope, self)
+            result = body(var.collection)
+            if not isinstance(result, Collection):
+                raise TypeError("iterate: body must return a Collection")
+            var.set(result)
+            return result if result.scope is loop.scope else loop.enter(result)
+
+        return build_loop(self.scope, build, max_iterations=max_iterations, name=name)
+
+    def enter(self, loop):
+        """Bring this collection into a loop scope (``loop`` is a Loop, a LoopScope, or a
+        collection of that loop). Usually automatic."""
+        scope = getattr(loop, "scope", loop)
+        return scope.import_collection(self)
+
+    def leave(self):
+        """Take this collection out of its loop (dropping the iteration coordinate).
+
+        Leaving a variable other than through ``iterate``/``iterative`` is allowed for any
+        collection of a loop scope; it is scheduled after the loop runs."""
+        from ddnumba.operators.iterate import LeaveNode
+        parent = self.scope.parent
+        if parent is None:
+            raise ValueError("leave: the collection is not inside a loop")
+        return Collection(LeaveNode(parent, self._node), self.names)
+
+    # -- outputs ------------------------------------------------------------------------
+    def capture(self) -> Captured:
+        """Record every output update; read with ``updates()`` and ``at(t)``."""
+        if self.scope.parent is not None:
+            raise ValueError("capture: leave() the loop scope before capturing")
+        return Captured(CaptureNode(self.scope, self._node, self.names))
+
+    def probe(self) -> Probe:
+        """A probe that tells which times of this collection are complete."""
+        return Probe(ProbeNode(self.scope, self._node))
+
+
+class Arranged:
+    """A collection indexed by key, shareable by several joins.
+
+    Each reader holds its own handle on the underlying trace; the trace compacts to what
+    all readers can still observe.
+    """
+
+    def __init__(self, collection: Collection, node: ArrangeNode, kw: int):
+        self._collection = collection
+        self._node = node
+        self.kw = kw
+        self.names = collection.names
+
+    @property
+    def arity(self):
+        return len(self.names)
+
+    @property
+    def spine(self):
+        return self._node.spine
+
+    def as_collection(self) -> Collection:
+        return self._collection
+
+    def join(self, other, *, key=None):
+        """Join with another collection or arrangement (same key width)."""
+        kw = self.kw if key is None else key
+        right = self._collection._as_arranged(other, kw, "join")
+        names = _dedupe(self.names + right.names[right.kw:])
+        node = JoinNode(self._node.scope, self._node, right._node, names)
+        return Collection(node, names)
+
+    def __repr__(self):
+        return f"Arranged({self.names}, key={self.names[:self.kw]})"

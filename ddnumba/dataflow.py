@@ -1,0 +1,457 @@
+"""Dataflow graphs: inputs, scopes, frontiers and the scheduler.
+
+A :class:`Dataflow` is a graph of operator *nodes* built by :class:`Collection` methods
+and executed by :meth:`Dataflow.run`. Data moves between nodes as :class:`Updates`
+(structure-of-arrays update batches in which every row carries its own time).
+
+Frontiers. Every input holds a *frontier*: an antichain of times that no future update
+can precede. A node's frontier is the lower envelope (meet) of its inputs' frontiers, so
+times *not* in the future of it are complete. Stateless operators pass every update on at
+once; stateful ones (arrangements, reduces) act on all updates at complete times in one
+pass, however many distinct times those are, and hold the rest. After each step a stateful
+node advances its traces' compaction frontiers to its own frontier, so state stays
+proportional to what can still be observed.
+
+Scopes. The root scope has ``time_dims`` coordinates; every ``iterate`` opens a child
+scope with one more (the iteration counter). A child scope runs in *rounds*; see
+:mod:`ddnumba.operators.iterate`.
+
+Times are non-negative: inputs start at the frontier ``(0, ..., 0)``.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from ddnumba.kernels import lattice as _lattice
+from ddnumba.updates import Updates
+
+_I64 = np.int64
+_I64_MAX = np.iinfo(np.int64).max
+
+
+def meet_frontiers(frontiers, dims):
+    """Lower envelope of several frontiers (an empty list gives the empty frontier)."""
+    fs = [f for f in frontiers if f is not None and len(f)]
+    if not fs:
+        return np.empty((0, dims), _I64)
+    if len(fs) == 1:
+        return fs[0]
+    return _lattice.antichain(np.ascontiguousarray(np.concatenate(fs)))
+
+
+class Node:
+    """An operator in the graph. Subclasses implement :meth:`step`.
+
+    ``inputs`` are upstream nodes; what they emit is queued per input port. ``frontier``
+    is set by the scheduler before each ``step``.
+    """
+
+    kind = "node"
+
+    def __init__(self, scope, inputs, arity, *, name=None):
+        self.scope = scope
+        self.df = scope.df
+        self.inputs = list(inputs)
+        self.arity = arity
+        self.name = name or self.kind
+        self.queues = [[] for _ in self.inputs]
+        self.consumers = []
+        for port, node in enumerate(self.inputs):
+            node.consumers.append((self, port))
+        self.frontier = np.zeros((1, scope.dims), _I64)
+        scope.add(self)
+
+    @property
+    def dims(self):
+        return self.scope.dims
+
+    # -- data movement -------------------------------------------------------------
+    def push(self, port, item):
+        if item is not None and len(item):
+            self.queues[port].append(item)
+
+    def take(self, port=0) -> Updates:
+        q = self.queues[port]
+        self.queues[port] = []
+        if not q:
+            return Updates.empty(self.inputs[port].arity, self.dims)
+        return Updates.concat(q, self.inputs[port].arity, self.dims)
+
+    def emit(self, item):
+        if item is None or not len(item):
+            return
+        for node, port in self.consumers:
+            node.push(port, item)
+
+    # -- scheduling ------------------------------------------------------------------
+    def input_frontier(self):
+        return meet_frontiers([n.frontier for n in self.inputs], self.dims)
+
+    def has_queued(self):
+        return any(self.queues)
+
+    def queued_times(self):
+        """Times of queued updates and batches (used by loops to find the next round)."""
+        return [item.trie.times if hasattr(item, "trie") else item.times
+                for q in self.queues for item in q]
+
+    def held_times(self):
+        """Times of work this node holds (pending times, buffered future updates)."""
+        return []
+
+    def step(self):
+        raise NotImplementedError
+
+    def __repr__(self):
+        return f"<{type(self).__name__} {self.name!r}>"
+
+
+class Scope:
+    """A set of nodes with the same number of time coordinates, in creation order.
+
+    Creation order is a topological order (a node's inputs exist before it), except for
+    loop feedback edges, which the loop scheduler handles by running rounds.
+    """
+
+    def __init__(self, df, parent, dims):
+        self.df = df
+        self.parent = parent
+        self.dims = dims
+        self.nodes: list[Node] = []
+        self.depth = 0 if parent is None else parent.depth + 1
+        self.loop = None
+
+    def add(self, node):
+        self.nodes.append(node)
+
+    def run_pass(self):
+        """One topological pass: each node computes its frontier and steps."""
+        for node in self.nodes:
+            node.frontier = self.node_frontier(node)
+            node.step()
+
+    def node_frontier(self, node):
+        return node.input_frontier()
+
+
+class InputNode(Node):
+    kind = "input"
+
+    def __init__(self, scope, handle):
+        self.handle = handle
+        super().__init__(scope, [], len(handle.names), name=f"input{handle.names}")
+
+    def input_frontier(self):
+        return self.handle.frontier
+
+    def step(self):
+        upd = self.handle._drain()
+        if upd is not None:
+            self.emit(upd)
+
+    def held_times(self):
+        return []
+
+
+def _as_int_column(values, what):
+    """Convert one user column to int64, rejecting non-integer data with a clear error."""
+    if isinstance(values, np.ndarray):
+        arr = values
+    else:
+        try:
+            import pyarrow as pa
+            if isinstance(values, (pa.Array, pa.ChunkedArray)):
+                if values.null_count:
+                    raise ValueError(f"{what}: column has {values.null_count} null(s); "
+                                     f"nulls are not supported")
+                arr = values.to_numpy(zero_copy_only=False)
+            else:
+                arr = np.asarray(values)
+        except ImportError:  # pragma: no cover - pyarrow is a dependency
+            arr = np.asarray(values)
+    if arr.dtype.kind == "b":
+        return arr.astype(_I64)
+    if arr.dtype.kind == "i":
+        return arr.astype(_I64, copy=False)
+    if arr.dtype.kind == "u":
+        if arr.size and arr.max() > _I64_MAX:
+            raise OverflowError(f"{what}: value {arr.max()} does not fit in int64")
+        return arr.astype(_I64)
+    if arr.dtype.kind == "O" and arr.size == 0:
+        return np.empty(0, _I64)
+    sample = arr.flat[0] if arr.size else None
+    raise TypeError(
+        f"{what}: expected integer data, got dtype {arr.dtype}"
+        + (f" (first value {sample!r})" if sample is not None else "")
+        + "; encode other types with ddnumba.io (strings, floats, dates)")
+
+
+class InputHandle:
+    """Feeds updates into a dataflow, like differential dataflow's ``InputSession``.
+
+    Every row carries its own time; one call may hold many distinct times and the engine
+    processes them in one pass. Times must be in the future of the input's frontier
+    (``>=`` it); :meth:`advance_to` moves the frontier and tells the engine that earlier
+    times are complete.
+    """
+
+    def __init__(self, df, names):
+        self.df = df
+        self.names = list(names)
+        self.dims = df.time_dims
+        self.frontier = np.zeros((1, self.dims), _I64)
+        self.closed = False
+        self._buffer: list[Updates] = []
+        self._label = f"input {self.names}"
+
+    # -- feeding -----------------------------------------------------------------
+    def insert(self, *columns, time=None):
+        """Insert rows (diff +1) at ``time`` (a scalar/tuple, or one time per row)."""
+        self.update(*columns, time=time, diff=1)
+
+    def remove(self, *columns, time=None):
+        """Remove rows (diff -1) at ``time``."""
+        self.update(*columns, time=time, diff=-1)
+
+    def update(self, *columns, time=None, diff=1):
+        """Add rows with multiplicities ``diff`` (scalar or one per row) at ``time``.
+
+        ``columns`` is one array-like per input column, a single 2-D array ``[n, arity]``,
+        or one ``pyarrow.Table``/``RecordBatch`` with the input's column names (and
+        optionally ``time`` or ``time_0..`` and ``diff`` columns).
+        """
+        if self.closed:
+            raise RuntimeError(f"{self._label}: the input is closed; no more updates "
+                               f"can be added")
+        data, table_times, table_diffs = self._columns(columns)
+        n = data.shape[0]
+        if time is None:
+            if table_times is None:
+                raise ValueError(f"{self._label}: no time given (pass time=...)")
+            times = table_times
+        else:
+            times = self._times(time, n)
+        if table_diffs is not None and diff == 1:
+            diffs = table_diffs
+        else:
+            diffs = self._diffs(diff, n)
+        if n == 0:
+            return
+        self._check_times(times)
+        self._buffer.append(Updates(data, times, diffs))
+
+    def advance_to(self, time):
+        """Promise that no more updates will arrive at times not ``>= time``."""
+        if self.closed:
+            raise RuntimeError(f"{self._label}: advance_to on a closed input")
+        t = self._one_time(time)
+        new = t.reshape(1, self.dims)
+        if not _lattice.frontier_less_equal(self.frontier, new):
+            raise ValueError(
+                f"{self._label}: advance_to({_fmt_time(t)}) would move the frontier "
+                f"backward from {_fmt_frontier(self.frontier)}")
+        self.frontier = np.ascontiguousarray(new)
+
+    def close(self):
+        """No more updates: the frontier becomes empty and every time completes."""
+        self.closed = True
+        self.frontier = np.empty((0, self.dims), _I64)
+
+    # -- internals -----------------------------------------------------------------
+    def _drain(self):
+        if not self._buffer:
+            return None
+        upd = Updates.concat(self._buffer, len(self.names), self.dims)
+        self._buffer = []
+        return upd
+
+    def _columns(self, columns):
+        arity = len(self.names)
+        table_times = table_diffs = None
+        if len(columns) == 1 and _is_arrow_table(columns[0]):
+            tbl = columns[0]
+            missing = [c for c in self.names if c not in tbl.column_names]
+            if missing:
+                raise ValueError(f"{self._label}: table lacks column(s) {missing} "
+                                 f"(it has {tbl.column_names})")
+            cols = [_as_int_column(tbl.column(c), f"{self._label} column {c!r}")
+                    for c in self.names]
+            tnames = [c for c in tbl.column_names if c == "time" or c.startswith("time_")]
+            if tnames:
+                tcols = [_as_int_column(tbl.column(c), f"{self._label} column {c!r}")
+                         for c in sorted(tnames)]
+                table_times = np.ascontiguousarray(np.stack(tcols, axis=1))
+            if "diff" in tbl.column_names:
+                table_diffs = _as_int_column(tbl.column("diff"), f"{self._label} diff")
+        elif len(columns) == 1 and isinstance(columns[0], np.ndarray) and columns[0].ndim == 2:
+            mat = columns[0]
+            if mat.shape[1] != arity:
+                raise ValueError(f"{self._label}: expected {arity} column(s) "
+                                 f"{self.names}, got a matrix with {mat.shape[1]}")
+            cols = [_as_int_column(mat[:, i], f"{self._label} column {self.names[i]!r}")
+                    for i in range(arity)]
+        else:
+            if len(columns) != arity:
+                raise ValueError(f"{self._label}: expected {arity} column(s) "
+                                 f"{self.names}, got {len(columns)}")
+            cols = []
+            for name, c in zip(self.names, columns):
+                if isinstance(c, numbers.Integral):
+                    c = [c]
+                a = _as_int_column(c, f"{self._label} column {name!r}")
+                if a.ndim != 1:
+                    raise ValueError(f"{self._label} column {name!r}: expected a 1-D "
+                                     f"array, got shape {a.shape}")
+                cols.append(a)
+        lens = {len(c) for c in cols}
+        if len(lens) > 1:
+            raise ValueError(f"{self._label}: columns have different lengths "
+                             f"{[len(c) for c in cols]}")
+        n = lens.pop() if lens else 0
+        data = np.empty((n, arity), _I64)
+        for i, c in enumerate(cols):
+            data[:, i] = c
+        return data, table_times, table_diffs
+
+    def _one_time(self, time):
+        t = np.asarray(time)
+        if t.dtype.kind not in "iub":
+            raise TypeError(f"{self._label}: time {time!r} is not integer")
+        t = t.astype(_I64).reshape(-1)
+        if t.shape[0] != self.dims:
+            raise ValueError(f"{self._label}: time {time!r} has {t.shape[0]} "
+                             f"coordinate(s); this dataflow has time_dims={self.dims}")
+        return t
+
+    def _times(self, time, n):
+        t = np.asarray(time)
+        if t.dtype.kind not in "iub":
+            raise TypeError(f"{self._label}: times must be integers, got dtype {t.dtype}")
+        t = t.astype(_I64)
+        if t.ndim == 0 or (t.ndim == 1 and self.dims > 1):
+            one = self._one_time(t)
+            return np.ascontiguousarray(np.broadcast_to(one, (n, self.dims)))
+        if t.ndim == 1 and self.dims == 1:
+            t = t.reshape(-1, 1)
+        if t.ndim != 2 or t.shape[1] != self.dims:
+            raise ValueError(f"{self._label}: times of shape {t.shape} do not match "
+                             f"time_dims={self.dims} (expected [n, {self.dims}])")
+        if t.shape[0] != n:
+            raise ValueError(f"{self._label}: {t.shape[0]} times for {n} rows")
+        return np.ascontiguousarray(t)
+
+    def _diffs(self, diff, n):
+        d = np.asarray(diff)
+        if d.dtype.kind not in "iub":
+            raise TypeError(f"{self._label}: diffs must be integers, got dtype {d.dtype}")
+        if d.dtype.kind == "u" and d.size and d.max() > _I64_MAX:
+            raise OverflowError(f"{self._label}: diff {d.max()} does not fit in int64")
+        d = d.astype(_I64)
+        if d.ndim == 0:
+            return np.full(n, d, _I64)
+        if d.shape != (n,):
+            raise ValueError(f"{self._label}: {d.shape} diffs for {n} rows")
+        return np.ascontiguousarray(d)
+
+    def _check_times(self, times):
+        if times.size and times.min() < 0:
+            raise ValueError(f"{self._label}: negative time "
+                             f"{_fmt_time(times[np.argmin(times.min(axis=1))])}; times "
+                             f"are non-negative")
+        ok = _lattice.in_future(times, self.frontier)
+        if not ok.all():
+            bad = times[np.argmin(ok)]
+            raise ValueError(
+                f"{self._label}: time {_fmt_time(bad)} is not >= the input frontier "
+                f"{_fmt_frontier(self.frontier)} (times may not go backwards; "
+                f"advance_to only moves forward)")
+
+    def __repr__(self):
+        return f"InputHandle({self.names}, frontier={_fmt_frontier(self.frontier)})"
+
+
+def _is_arrow_table(x):
+    try:
+        import pyarrow as pa
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(x, (pa.Table, pa.RecordBatch))
+
+
+def _fmt_time(t):
+    t = np.asarray(t).reshape(-1)
+    return str(int(t[0])) if t.shape[0] == 1 else str(tuple(int(x) for x in t))
+
+
+def _fmt_frontier(f):
+    return "{" + ", ".join(_fmt_time(r) for r in f) + "}"
+
+
+class Dataflow:
+    """A differential dataflow program and its runtime.
+
+    Parameters
+    ----------
+    time_dims : int
+        Number of outer time coordinates (times are int64 vectors under the product
+        order).
+    workers : int
+        Number of worker processes (only 1 is implemented so far).
+
+    Examples
+    --------
+    >>> import ddnumba as dd
+    >>> df = dd.Dataflow()
+    >>> inp, words = df.new_input(["w"])
+    >>> out = words.count().capture()
+    >>> inp.insert([1, 1, 2], time=0); inp.advance_to(1); df.run()
+    >>> out.at(0).to_pylist()
+    [{'w': 1, 'count': 2, 'count_': 1}, {'w': 2, 'count': 1, 'count_': 1}]
+    """
+
+    def __init__(self, *, time_dims=1, workers=1):
+        if int(time_dims) < 1:
+            raise ValueError(f"Dataflow: time_dims must be >= 1, got {time_dims}")
+        if int(workers) != 1:
+            raise NotImplementedError("Dataflow: workers > 1 is not implemented yet")
+        self.time_dims = int(time_dims)
+        self.workers = 1
+        self.root = Scope(self, None, self.time_dims)
+        self.inputs: list[InputHandle] = []
+        self.runs = 0
+
+    def new_input(self, names):
+        """A new input: returns ``(InputHandle, Collection)``."""
+        from ddnumba.collection import Collection
+        if isinstance(names, str):
+            names = [names]
+        names = [str(n) for n in names]
+        if not names:
+            raise ValueError("new_input: at least one column name is required")
+        if len(set(names)) != len(names):
+            raise ValueError(f"new_input: duplicate column names in {names}")
+        handle = InputHandle(self, names)
+        node = InputNode(self.root, handle)
+        self.inputs.append(handle)
+        return handle, Collection(node, names)
+
+    def iterative(self, build, *, max_iterations=None, name=None):
+        """Build a loop with several (mutually recursive) variables.
+
+        ``build(loop)`` receives a :class:`~ddnumba.operators.iterate.Loop`; it creates
+        variables with ``loop.variable(source)``, sets them, and returns the collection (or
+        tuple of collections) to take out of the loop. Returns them left.
+        """
+        from ddnumba.operators.iterate import build_loop
+        return build_loop(self.root, build, max_iterations=max_iterations, name=name)
+
+    def run(self):
+        """Process every update at a time the input frontiers have closed."""
+        self.root.run_pass()
+        self.runs += 1
+
+    def __repr__(self):
+        return (f"Dataflow(time_dims={self.time_dims}, inputs={len(self.inputs)}, "
+                f"nodes={len(self.root.nodes)})")

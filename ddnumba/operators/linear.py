@@ -1,0 +1,169 @@
+"""Linear operators: stateless transformations of update streams.
+
+A linear operator ``L`` satisfies ``L(a + b) = L(a) + L(b)``, so it can transform each
+update on its own: output times equal input times and diffs pass through (``negate`` flips
+them). These operators keep no state and never wait for frontiers; they pass each batch
+on as soon as it arrives, whatever mixture of times it holds. User functions are
+NumPy-vectorised: they receive whole columns (read-only int64 views) and return columns.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ddnumba.dataflow import Node, _as_int_column
+from ddnumba.updates import Updates
+
+_I64 = np.int64
+
+
+def column_views(data):
+    """Read-only column views of a data matrix (no copies)."""
+    cols = []
+    for i in range(data.shape[1]):
+        c = data[:, i]
+        c.flags.writeable = False
+        cols.append(c)
+    return cols
+
+
+def columns_to_matrix(out, n, what, expect=None):
+    """Turn a user function's result (array, scalar, or tuple of them) into ``[n, k]``."""
+    if isinstance(out, np.ndarray) and out.ndim == 2:
+        out = [out[:, i] for i in range(out.shape[1])]
+    elif not isinstance(out, (tuple, list)):
+        out = [out]
+    if expect is not None and len(out) != expect:
+        raise ValueError(f"{what}: returned {len(out)} column(s), expected {expect}")
+    mat = np.empty((n, len(out)), _I64)
+    for i, col in enumerate(out):
+        a = _as_int_column(col if not np.isscalar(col) else np.asarray(col),
+                           f"{what} output column {i}")
+        if a.ndim == 0:
+            mat[:, i] = a
+        elif a.shape != (n,):
+            raise ValueError(f"{what}: output column {i} has shape {a.shape}, expected "
+                             f"({n},) (one value per input row)")
+        else:
+            mat[:, i] = a
+    return mat
+
+
+class MapNode(Node):
+    kind = "map"
+
+    def __init__(self, scope, src, f, arity):
+        self.f = f
+        super().__init__(scope, [src], arity)
+
+    def step(self):
+        u = self.take()
+        if not len(u):
+            return
+        out = self.f(*column_views(u.data))
+        self.emit(Updates(columns_to_matrix(out, len(u), "map", self.arity),
+                          u.times, u.diffs))
+
+
+class FilterNode(Node):
+    kind = "filter"
+
+    def __init__(self, scope, src, pred):
+        self.pred = pred
+        super().__init__(scope, [src], src.arity)
+
+    def step(self):
+        u = self.take()
+        if not len(u):
+            return
+        mask = np.asarray(self.pred(*column_views(u.data)))
+        if mask.dtype != np.bool_ or mask.shape != (len(u),):
+            raise ValueError(f"filter: predicate must return a boolean mask of shape "
+                             f"({len(u)},), got dtype {mask.dtype} shape {mask.shape}")
+        if mask.all():
+            self.emit(u)
+        elif mask.any():
+            self.emit(u.take(mask))
+
+
+class FlatMapNode(Node):
+    kind = "flat_map"
+
+    def __init__(self, scope, src, f, arity):
+        self.f = f
+        super().__init__(scope, [src], arity)
+
+    def step(self):
+        u = self.take()
+        if not len(u):
+            return
+        out = self.f(*column_views(u.data))
+        if not isinstance(out, (tuple, list)) or len(out) != self.arity + 1:
+            raise ValueError(f"flat_map: function must return (row_index, "
+                             f"{self.arity} column(s))")
+        idx = _as_int_column(out[0], "flat_map row_index")
+        if idx.size and (idx.min() < 0 or idx.max() >= len(u)):
+            raise ValueError(f"flat_map: row_index values must be in [0, {len(u)})")
+        mat = columns_to_matrix(list(out[1:]), len(idx), "flat_map", self.arity)
+        self.emit(Updates(mat, np.ascontiguousarray(u.times[idx]),
+                          np.ascontiguousarray(u.diffs[idx])))
+
+
+class ConcatNode(Node):
+    kind = "concat"
+
+    def step(self):
+        for port in range(len(self.inputs)):
+            self.emit(self.take(port))
+
+
+class NegateNode(Node):
+    kind = "negate"
+
+    def step(self):
+        u = self.take()
+        if len(u):
+            self.emit(u.negate())
+
+
+class ConsolidateNode(Node):
+    """Sums updates at equal (row, time) and drops zeros (within each step's input)."""
+
+    kind = "consolidate"
+
+    def step(self):
+        u = self.take()
+        if len(u):
+            self.emit(u.consolidated())
+
+
+class InspectNode(Node):
+    kind = "inspect"
+
+    def __init__(self, scope, src, f, names):
+        self.f = f
+        self.names = names
+        super().__init__(scope, [src], src.arity)
+
+    def step(self):
+        u = self.take()
+        if len(u):
+            from ddnumba.io.arrow import updates_to_table
+            self.f(updates_to_table(u, self.names))
+            self.emit(u)
+
+
+class DelayNode(Node):
+    """Advances every time to ``join(t, g(t))`` for a user map of times (DD's ``delay``)."""
+
+    kind = "delay"
+
+    def __init__(self, scope, src, f):
+        self.f = f
+        super().__init__(scope, [src], src.arity)
+
+    def step(self):
+        u = self.take()
+        if not len(u):
+            return
+        new = np.asarray(self.f(u.times.copy()), dtype=_I64).reshape(u.times.shape)
+        self.emit(Updates(u.data, np.ascontiguousarray(np.maximum(u.times, new)), u.diffs))

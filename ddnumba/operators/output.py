@@ -1,0 +1,132 @@
+"""Sinks: ``capture`` (keep every output update) and ``probe`` (watch the frontier).
+
+A captured stream is read back as Arrow: :meth:`Captured.updates` gives the consolidated
+updates (columns, time, diff); :meth:`Captured.at` the accumulated collection at a time
+that is complete. Asking about a time the frontier has not passed is an error rather
+than a silently partial answer.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ddnumba.dataflow import Node, _fmt_frontier, _fmt_time
+from ddnumba.io.arrow import collection_table, updates_to_table
+from ddnumba.kernels import lattice as _lattice
+from ddnumba.updates import Updates
+
+_I64 = np.int64
+
+
+class CaptureNode(Node):
+    kind = "capture"
+
+    def __init__(self, scope, src, names):
+        self.names = names
+        self.parts: list[Updates] = []
+        self._consolidated = None
+        super().__init__(scope, [src], src.arity)
+
+    def step(self):
+        u = self.take()
+        if len(u):
+            self.parts.append(u)
+            self._consolidated = None
+
+    def consolidated(self) -> Updates:
+        if self._consolidated is None:
+            u = Updates.concat(self.parts, self.arity, self.dims).consolidated()
+            self.parts = [u] if len(u) else []
+            self._consolidated = u
+        return self._consolidated
+
+
+def _as_time(t, dims, label):
+    a = np.asarray(t, dtype=_I64).reshape(-1)
+    if a.shape[0] != dims:
+        raise ValueError(f"{label}: time {t!r} has {a.shape[0]} coordinate(s), expected "
+                         f"{dims}")
+    return a
+
+
+class Captured:
+    """The captured output of a collection (see :meth:`Collection.capture`)."""
+
+    def __init__(self, node: CaptureNode):
+        self._node = node
+
+    @property
+    def names(self):
+        return list(self._node.names)
+
+    @property
+    def frontier(self):
+        """Times in the future of this antichain may still change."""
+        return self._node.frontier.copy()
+
+    def done(self, time) -> bool:
+        """True when no more output at times ``<= time`` can appear."""
+        t = _as_time(time, self._node.dims, "Captured.done")
+        return not bool(_lattice.in_future(t.reshape(1, -1), self._node.frontier)[0])
+
+    def updates(self):
+        """All output updates, consolidated and sorted: columns, time(s), diff."""
+        return updates_to_table(self._node.consolidated(), self._node.names)
+
+    def raw(self) -> Updates:
+        """The consolidated updates as arrays (``data``, ``times``, ``diffs``)."""
+        return self._node.consolidated()
+
+    def at(self, time):
+        """The accumulated collection at ``time``: columns and ``count``.
+
+        Raises ``ValueError`` if ``time`` is not complete yet (advance the inputs past it
+        and ``run()``).
+        """
+        t = _as_time(time, self._node.dims, "Captured.at")
+        if not self.done(t):
+            raise ValueError(
+                f"Captured.at({_fmt_time(t)}): time not complete; the output frontier is "
+                f"{_fmt_frontier(self._node.frontier)} (advance the inputs past it and "
+                f"run())")
+        data, counts = self.accumulate(t)
+        return collection_table(data, counts, self._node.names)
+
+    def accumulate(self, time):
+        """``(rows, counts)`` of the collection at ``time`` (no completeness check)."""
+        from ddnumba.kernels import consolidate as _consolidate
+        u = self._node.consolidated()
+        t = np.asarray(time, dtype=_I64).reshape(-1)
+        keep = _lattice.less_equal(u.times, t) if len(u) else np.zeros(0, bool)
+        data = np.ascontiguousarray(u.data[keep])
+        diffs = np.ascontiguousarray(u.diffs[keep])
+        if not len(diffs):
+            return data, diffs
+        return _consolidate.consolidate_data(data, diffs)
+
+    def __len__(self):
+        return len(self._node.consolidated())
+
+
+class ProbeNode(Node):
+    kind = "probe"
+
+    def __init__(self, scope, src):
+        super().__init__(scope, [src], src.arity)
+
+    def step(self):
+        self.take()
+
+
+class Probe:
+    """Watches a collection's frontier: which times are complete."""
+
+    def __init__(self, node: ProbeNode):
+        self._node = node
+
+    @property
+    def frontier(self):
+        return self._node.frontier.copy()
+
+    def done(self, time) -> bool:
+        t = _as_time(time, self._node.dims, "Probe.done")
+        return not bool(_lattice.in_future(t.reshape(1, -1), self._node.frontier)[0])

@@ -1,0 +1,195 @@
+"""Reduce: per-key logic over the accumulated input, correct for partially ordered times.
+
+A reduce groups rows by key and keeps, for every time ``t``, its output accumulated at
+``t`` equal to ``logic(key, input accumulated at t)``. With partially ordered times the
+output can change at times where no input changed: at *joins* of input times (inputs at
+(0,1) and (1,0) can change the output at (1,1)). Each step of a :class:`ReduceNode`:
+
+1. takes the new input batch (complete times only; the arrangement holds the rest) and
+   the keys whose *pending* times became complete;
+2. per key, finds the *interesting* times: the closure of the new update times (and due
+   pending times) under join with each other and with the key's history; those in the
+   future of the frontier are kept as pending times of the key;
+3. accumulates the input at every interesting, complete time (one batched kernel for all
+   keys and all times), runs the logic once over all those moments, and
+4. emits, in time order per key, ``desired − current output`` at each such time, and
+   inserts the corrections into its output trace.
+
+All distinct times of a batch go through one pass of each kernel (``kernels/reduce.py``).
+With one time coordinate the closure is the set of new times and accumulation walks
+times in order. Input and output traces compact to the node's frontier after each step.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ddnumba.dataflow import Node
+from ddnumba.kernels import consolidate as _consolidate
+from ddnumba.kernels import lattice as _lattice
+from ddnumba.kernels import reduce as _reduce
+from ddnumba.operators.arrange import (batches_to_flat, offsets_for, take_batches,
+                                       unique_rows)
+from ddnumba.trace import Batch, Spine
+from ddnumba.updates import Updates
+
+_I64 = np.int64
+
+
+class ReduceNode(Node):
+    """Reduce over an :class:`~ddnumba.operators.arrange.ArrangeNode`.
+
+    ``logic(mom_offs, acc_vals, acc_counts) -> (want_offs, want_vals, want_counts)`` is a
+    batched function over CSR "moments" (one per key and interesting time); ``ow`` is the
+    width of its output values.
+    """
+
+    kind = "reduce"
+
+    def __init__(self, scope, arranged, logic, ow, names, *, name=None):
+        self.arranged = arranged
+        self.kw = arranged.kw
+        self.ow = ow
+        self.logic = logic
+        self.names = names
+        super().__init__(scope, [arranged], arranged.kw + ow, name=name)
+        self.in_handle = arranged.spine.handle()
+        self.out = Spine(self.kw, ow, scope.dims)
+        self.out_handle = self.out.handle()
+        d = scope.dims
+        self.pend_keys = np.empty((0, self.kw), _I64)
+        self.pend_times = np.empty((0, d), _I64)
+
+    def held_times(self):
+        return [self.pend_times] if len(self.pend_times) else []
+
+    def step(self):
+        kw, d = self.kw, self.dims
+        frontier = self.frontier
+        new = batches_to_flat(take_batches(self, 0), kw, self.arranged.vw, d)
+        seed_keys = [new[0][:, :kw]]
+        seed_times = [new[1]]
+        if len(self.pend_times):
+            due = ~_lattice.in_future(self.pend_times, frontier) if len(frontier) else \
+                np.ones(len(self.pend_times), bool)
+            if due.any():
+                seed_keys.append(self.pend_keys[due])
+                seed_times.append(self.pend_times[due])
+                self.pend_keys = np.ascontiguousarray(self.pend_keys[~due])
+                self.pend_times = np.ascontiguousarray(self.pend_times[~due])
+        sk = np.ascontiguousarray(np.concatenate(seed_keys))
+        st = np.ascontiguousarray(np.concatenate(seed_times))
+        if len(st):
+            self._process(sk, st, frontier)
+        self.in_handle.set_frontier(frontier)
+        self.out_handle.set_frontier(frontier)
+
+    def _process(self, sk, st, frontier):
+        kw, d = self.kw, self.dims
+        # Seeds: distinct (key, time), grouped by key.
+        seeds, _ = _consolidate.consolidate_data(
+            np.ascontiguousarray(np.concatenate([sk, st], axis=1)),
+            np.ones(len(st), _I64))
+        keys = unique_rows(np.ascontiguousarray(seeds[:, :kw]))
+        seed_offs = offsets_for(np.ascontiguousarray(seeds[:, :kw]), keys)
+        seed_times = np.ascontiguousarray(seeds[:, kw:])
+
+        hist = self.arranged.spine.gather(keys)        # old input + the new batch
+        due_offs, due_times, pend_offs, pend_times = _reduce.interesting_times(
+            seed_offs, seed_times, hist.offs, hist.times, frontier)
+        if len(pend_times):
+            pk = np.repeat(keys, np.diff(pend_offs), axis=0)
+            self.pend_keys = np.ascontiguousarray(np.concatenate([self.pend_keys, pk]))
+            self.pend_times = np.ascontiguousarray(
+                np.concatenate([self.pend_times, pend_times]))
+            self._dedup_pending()
+        if not len(due_times):
+            return
+        mom_offs, acc_vals, acc_counts = _reduce.accumulate(
+            due_offs, due_times, hist.offs, hist.vals, hist.times, hist.diffs)
+        want_offs, want_vals, want_counts = self.logic(mom_offs, acc_vals, acc_counts)
+        old = self.out.gather(keys)
+        ck, cv, ct, cd = _reduce.corrections(
+            due_offs, due_times, want_offs, want_vals, want_counts,
+            old.offs, old.vals, old.times, old.diffs)
+        if not len(cd):
+            return
+        data = np.empty((len(cd), kw + self.ow), _I64)
+        data[:, :kw] = keys[ck]
+        data[:, kw:] = cv
+        # Corrections come sorted by (key, outval, time) and consolidated.
+        self.out.insert(Batch.from_updates(data, ct, cd, kw=kw, consolidated=True))
+        self.emit(Updates(data, ct, cd))
+
+    def _dedup_pending(self):
+        both = np.ascontiguousarray(np.concatenate([self.pend_keys, self.pend_times], axis=1))
+        uniq, _ = _consolidate.consolidate_data(both, np.ones(len(both), _I64))
+        self.pend_keys = np.ascontiguousarray(uniq[:, :self.kw])
+        self.pend_times = np.ascontiguousarray(uniq[:, self.kw:])
+
+
+# ---------------------------------------------------------------------- built-in logic
+def logic_count(mom_offs, acc_vals, acc_counts):
+    return _reduce.logic_count(mom_offs, acc_vals, acc_counts)
+
+
+def logic_sum(col):
+    return lambda o, v, c: _reduce.logic_sum(o, v, c, col)
+
+
+def logic_min(col):
+    return lambda o, v, c: _reduce.logic_min(o, v, c, col)
+
+
+def logic_max(col):
+    return lambda o, v, c: _reduce.logic_max(o, v, c, col)
+
+
+def logic_distinct(mom_offs, acc_vals, acc_counts):
+    return _reduce.logic_distinct(mom_offs, acc_vals, acc_counts)
+
+
+def logic_top_k(k):
+    return lambda o, v, c: _reduce.logic_top_k(o, v, c, k)
+
+
+def logic_threshold(f):
+    """Map every non-zero count ``c`` to ``f(c)`` (whole rows are the key; vw == 0)."""
+
+    def logic(mom_offs, acc_vals, acc_counts):
+        new = np.asarray(f(acc_counts.copy()))
+        if new.shape != acc_counts.shape or new.dtype.kind not in "iub":
+            raise ValueError(f"threshold: f must map an int64 array of counts to an "
+                             f"integer array of the same shape; got dtype {new.dtype}, "
+                             f"shape {new.shape}")
+        new = new.astype(_I64)
+        keep = new != 0
+        # One entry per moment at most (the only value is the empty row).
+        moment = np.repeat(np.arange(len(mom_offs) - 1), np.diff(mom_offs))
+        offs = np.zeros(len(mom_offs), _I64)
+        np.cumsum(np.bincount(moment[keep], minlength=len(mom_offs) - 1), out=offs[1:])
+        return offs, np.ascontiguousarray(acc_vals[keep]), np.ascontiguousarray(new[keep])
+
+    return logic
+
+
+def logic_pair(combine):
+    """Multiset combination of two tagged inputs (tag 0 = left, tag 1 = right).
+
+    The key is the whole row; the value is the tag; ``combine(ca, cb)`` gives the output
+    count from the two accumulated counts (vectorised)."""
+
+    def logic(mom_offs, acc_vals, acc_counts):
+        m = len(mom_offs) - 1
+        moment = np.repeat(np.arange(m), np.diff(mom_offs))
+        tag = acc_vals[:, 0]
+        ca = np.zeros(m, _I64)
+        cb = np.zeros(m, _I64)
+        ca[moment[tag == 0]] = acc_counts[tag == 0]
+        cb[moment[tag == 1]] = acc_counts[tag == 1]
+        out = np.asarray(combine(ca, cb), dtype=_I64)
+        keep = out != 0
+        offs = np.zeros(m + 1, _I64)
+        np.cumsum(keep, out=offs[1:])
+        return offs, np.empty((int(keep.sum()), 0), _I64), np.ascontiguousarray(out[keep])
+
+    return logic

@@ -1,0 +1,75 @@
+"""Row primitives shared by the kernels.
+
+A *row* is one line of a C-contiguous int64 matrix: a data tuple (key or value columns)
+or a time vector. Rows compare lexicographically (column 0 most significant); for time
+vectors this order is a linear extension of the product partial order, which is why the
+whole engine can keep batches sorted by it and replay times in it.
+
+These helpers are plain ``@njit`` functions meant to be inlined into other kernels; they
+have no Python wrappers.
+"""
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True, nogil=True, inline="always")
+def row_cmp(a, i, b, j):
+    """Compare row ``a[i]`` with row ``b[j]`` lexicographically: -1, 0 or 1."""
+    for c in range(a.shape[1]):
+        x = a[i, c]
+        y = b[j, c]
+        if x < y:
+            return -1
+        if x > y:
+            return 1
+    return 0
+
+
+@njit(cache=True, nogil=True, inline="always")
+def row_eq(a, i, b, j):
+    """True when row ``a[i]`` equals row ``b[j]``."""
+    for c in range(a.shape[1]):
+        if a[i, c] != b[j, c]:
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True, inline="always")
+def row_le(a, i, b, j):
+    """Product order: every coordinate of ``a[i]`` is <= the same one of ``b[j]``."""
+    for c in range(a.shape[1]):
+        if a[i, c] > b[j, c]:
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True, inline="always")
+def add_checked(x, y):
+    """Return ``(x + y, overflowed)`` for int64 values without silently wrapping."""
+    s = x + y
+    # Signed overflow happened iff both operands have the sign opposite to the result.
+    return s, ((x ^ s) & (y ^ s)) < 0
+
+
+@njit(cache=True, nogil=True, inline="always")
+def mul_checked(x, y):
+    """Return ``(x * y, overflowed)`` for int64 values without silently wrapping.
+
+    The test is done on the operands before multiplying: checking ``p // x == y``
+    afterwards is optimised away by LLVM, which assumes signed overflow cannot happen.
+    """
+    hi = np.int64(9223372036854775807)
+    lo = np.int64(-9223372036854775807) - 1
+    over = False
+    if x > 0:
+        if y > 0:
+            over = x > hi // y
+        elif y < 0:
+            # y < lo / x (real division), i.e. y < ceil(lo / x)
+            over = y < lo // x + (1 if lo % x != 0 else 0)
+    elif x < 0:
+        if y > 0:
+            over = x < lo // y + (1 if lo % y != 0 else 0)
+        elif y < 0:
+            over = x == lo or y == lo or (-x) > hi // (-y)
+    return x * y, over
