@@ -104,6 +104,18 @@ class Node:
     def step(self):
         raise NotImplementedError
 
+    def holds_work(self):
+        """True when the node keeps updates or pending times for a later frontier."""
+        return False
+
+    def wants_step(self, frontier_changed, force):
+        """Whether a pass must step this node. Nodes with nothing queued are skipped
+        unless their frontier moved and they hold work it may release, or the pass is a
+        ``force`` pass (root passes and loop settling, where traces compact)."""
+        if any(self.queues):
+            return True
+        return frontier_changed and (force or self.holds_work())
+
     def __repr__(self):
         return f"<{type(self).__name__} {self.name!r}>"
 
@@ -126,11 +138,15 @@ class Scope:
     def add(self, node):
         self.nodes.append(node)
 
-    def run_pass(self):
-        """One topological pass: each node computes its frontier and steps."""
+    def run_pass(self, *, force=True):
+        """One topological pass: each node computes its frontier and steps if needed."""
         for node in self.nodes:
-            node.frontier = self.node_frontier(node)
-            node.step()
+            f = self.node_frontier(node)
+            old = node.frontier
+            changed = f is not old and (f.shape != old.shape or not np.array_equal(f, old))
+            node.frontier = f
+            if node.wants_step(changed, force):
+                node.step()
 
     def node_frontier(self, node):
         return node.input_frontier()
@@ -145,6 +161,9 @@ class InputNode(Node):
 
     def input_frontier(self):
         return self.handle.frontier
+
+    def wants_step(self, frontier_changed, force):
+        return bool(self.handle._buffer)
 
     def step(self):
         upd = self.handle._drain()

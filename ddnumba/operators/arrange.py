@@ -59,6 +59,9 @@ class ArrangeNode(Node):
     def held_times(self):
         return [u.times for u in self.held]
 
+    def holds_work(self):
+        return bool(self.held)
+
 
 def take_batches(node, port):
     """Pop the batches queued on ``port`` of ``node``."""

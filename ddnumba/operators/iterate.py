@@ -127,13 +127,13 @@ class LoopScope(Scope):
                     f"limit or check that the loop body reaches a fixed point")
             self.k = k
             self.round_frontier = self.frontier_for(P, k)
-            self.run_pass()
+            self.run_pass(force=False)
             self.rounds_run += 1
             k = self.next_round(P, k + 1)
         # Settle: nothing is in flight below P; let every trace compact to {(p, 0)}.
         self.k = None
         self.round_frontier = self.frontier_for(P, None)
-        self.run_pass()
+        self.run_pass(force=True)
 
 
 class LoopNode(Node):
@@ -145,6 +145,9 @@ class LoopNode(Node):
         self.child = child
         super().__init__(parent, [], 0, name=f"loop {child.name}")
         self.prev_P = np.zeros((1, parent.dims), _I64)
+
+    def wants_step(self, frontier_changed, force):
+        return True
 
     def step(self):
         parent = self.scope

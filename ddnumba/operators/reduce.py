@@ -62,6 +62,9 @@ class ReduceNode(Node):
     def held_times(self):
         return [self.pend_times] if len(self.pend_times) else []
 
+    def holds_work(self):
+        return len(self.pend_times) > 0
+
     def step(self):
         kw, d = self.kw, self.dims
         frontier = self.frontier
