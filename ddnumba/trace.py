@@ -178,11 +178,14 @@ class Spine:
     effort : int
         Units of merge work granted per inserted update to each merge in progress.
         4 suffices for a merge at level ``L`` to finish before level ``L`` is needed again.
+    eager_merge : int
+        Merges of at most this many updates complete at once instead of in steps.
     """
 
-    def __init__(self, kw, vw, dims, *, effort=4):
+    def __init__(self, kw, vw, dims, *, effort=4, eager_merge=4096):
         self.kw, self.vw, self.dims = int(kw), int(vw), int(dims)
         self.effort = int(effort)
+        self.eager_merge = int(eager_merge)
         self.levels: list = []
         self._handles: dict[int, np.ndarray] = {}
         self._next_handle = 0
@@ -227,7 +230,14 @@ class Spine:
         if slot is None:
             self.levels[level] = batch
         elif isinstance(slot, Batch):
-            self.levels[level] = _Merging(slot, batch, self._merge_frontier())
+            merging = _Merging(slot, batch, self._merge_frontier())
+            if len(merging) <= self.eager_merge:
+                # Small merges cost less than the bookkeeping of doing them in steps,
+                # and finishing them keeps the number of batches (read costs) low.
+                self.levels[level] = None
+                self._place(merging.finish(), None, from_level=level)
+            else:
+                self.levels[level] = merging
         else:
             # The level is still merging: finish that merge now (rare when fuel suffices),
             # take the level, and move the merge result up.

@@ -63,7 +63,7 @@ def test_batch_from_updates_is_consolidated_trie(seed, kw, vw, dims, n):
 def test_spine_contents_equal_sum_of_inserts(seed, kw, dims, nbatches):
     rng = np.random.default_rng(seed)
     vw = 1
-    spine = Spine(kw, vw, dims, effort=1)   # little fuel: merges stay in progress
+    spine = Spine(kw, vw, dims, effort=1, eager_merge=0)   # merges stay in progress
     parts = []
     for _ in range(nbatches):
         u = random_updates(rng, int(rng.integers(0, 30)), kw, vw, dims)
@@ -91,7 +91,7 @@ def test_spine_contents_equal_sum_of_inserts(seed, kw, dims, nbatches):
 
 def test_spine_number_of_batches_is_logarithmic():
     rng = np.random.default_rng(1)
-    spine = Spine(1, 1, 1)
+    spine = Spine(1, 1, 1, eager_merge=0)
     total = 0
     for i in range(2000):
         n = int(rng.integers(1, 20))
