@@ -1,0 +1,255 @@
+"""Consolidation of update triples.
+
+An *update* is a triple ``(data row, time row, diff)``: ``data`` is int64 ``[n, a]``,
+``times`` int64 ``[n, d]`` and ``diffs`` int64 ``[n]``. A set of updates is
+*consolidated* when it is strictly sorted by ``(data, time)`` (lexicographically,
+data columns first) and no diff is zero: equal ``(data, time)`` pairs have been summed
+into one update and zero sums dropped. Consolidation does not change the collection
+the updates describe, and it is the canonical form that batches, merges and the tests
+compare.
+
+Diff sums are exact: a group whose true sum lies outside int64 raises
+``OverflowError`` (the kernels count wrap-arounds instead of stopping at the first
+one, so a partial sum that overflows and comes back does not raise and the result does
+not depend on the order of summation).
+
+Implementation: the columns of ``[data | times]`` are packed into 64-bit words
+(:mod:`ddnumba.kernels.sort`). With one word (the usual case) the packed keys are
+sorted carrying the diffs as payload, equal keys are summed in one pass and the output
+rows are decoded from the sorted keys, so the rows are never gathered in random order.
+With several words, the rows are argsorted and gathered.
+"""
+import numpy as np
+from numba import njit
+
+from .rows import add_checked, row_eq
+from .sort import (
+    _EMPTY_I64,
+    _argsort2,
+    _is_sorted2,
+    _layout,
+    _pack_word,
+    _sort_keys,
+    _unpack_word,
+    as_int64_rows,
+    as_int64_vector,
+)
+
+__all__ = ["consolidate", "consolidate_sorted", "is_consolidated", "consolidate_data"]
+
+
+# ----------------------------------------------------------------------------------
+# Kernels
+# ----------------------------------------------------------------------------------
+
+@njit(cache=True, nogil=True)
+def _sum_sorted_keys(keys, diffs):
+    """Sum the diffs of equal adjacent ``keys``, compacting non-zero sums in place.
+
+    Precondition: ``keys`` sorted. Returns ``(k, overflow)``: afterwards ``keys[:k]``
+    are the distinct keys whose diff sum is non-zero and ``diffs[:k]`` those sums;
+    ``overflow`` is True (and the arrays are garbage) when some true sum is outside
+    int64. Writes never overtake reads: output slot ``k`` <= the run's first index.
+    """
+    n = keys.shape[0]
+    k = 0
+    r = 0
+    while r < n:
+        key = keys[r]
+        s = diffs[r]
+        carry = 0  # number of wrap-arounds (+1 up, -1 down): true sum = s + carry * 2**64
+        r += 1
+        while r < n and keys[r] == key:
+            x = diffs[r]
+            s, over = add_checked(s, x)
+            if over:
+                carry += 1 if x > 0 else -1
+            r += 1
+        if carry != 0:
+            return k, True
+        if s != 0:
+            keys[k] = key
+            diffs[k] = s
+            k += 1
+    return k, False
+
+
+@njit(cache=True, nogil=True)
+def _sum_runs(data, times, diffs, perm, use_perm, rep, sums):
+    """Sum the diffs of equal adjacent rows of ``[data | times]`` in ``perm`` order.
+
+    Rows are visited in the order ``perm`` (or ``0..n-1``), which must sort them. For
+    each group with a non-zero sum, ``rep[k]`` gets the group's first row index and
+    ``sums[k]`` its sum. Returns ``(k, overflow)`` as ``_sum_sorted_keys``.
+    """
+    n = data.shape[0]
+    k = 0
+    r = 0
+    while r < n:
+        first = perm[r] if use_perm else r
+        s = diffs[first]
+        carry = 0
+        r += 1
+        while r < n:
+            i = perm[r] if use_perm else r
+            if not (row_eq(data, first, data, i) and row_eq(times, first, times, i)):
+                break
+            x = diffs[i]
+            s, over = add_checked(s, x)
+            if over:
+                carry += 1 if x > 0 else -1
+            r += 1
+        if carry != 0:
+            return k, True
+        if s != 0:
+            rep[k] = first
+            sums[k] = s
+            k += 1
+    return k, False
+
+
+@njit(cache=True, nogil=True)
+def _gather_rows(src, idx, k, out):
+    """``out[q] = src[idx[q]]`` for ``q < k``."""
+    for q in range(k):
+        i = idx[q]
+        for c in range(src.shape[1]):
+            out[q, c] = src[i, c]
+
+
+# ----------------------------------------------------------------------------------
+# Orchestration
+# ----------------------------------------------------------------------------------
+
+def _check(data, times, diffs, where):
+    data = as_int64_rows(data, "data")
+    times = as_int64_rows(times, "times")
+    n = data.shape[0]
+    if times.shape[0] != n:
+        raise ValueError(f"{where}: data has {n} rows but times has {times.shape[0]}")
+    diffs = as_int64_vector(diffs, "diffs")
+    if diffs.shape[0] != n:
+        raise ValueError(f"{where}: data has {n} rows but diffs has {diffs.shape[0]}")
+    return data, times, diffs
+
+
+def _overflow(where):
+    return OverflowError(
+        f"{where}: the diffs of some (data, time) group sum outside int64; "
+        "diff multiplicities this large are not supported"
+    )
+
+
+def _from_runs(data, times, perm, use_perm, diffs, where):
+    """Group sorted runs (visited through ``perm``) into fresh output arrays."""
+    n = data.shape[0]
+    rep = np.empty(n, np.int64)
+    sums = np.empty(n, np.int64)
+    k, over = _sum_runs(data, times, diffs, perm, use_perm, rep, sums)
+    if over:
+        raise _overflow(where)
+    out_data = np.empty((k, data.shape[1]), np.int64)
+    out_times = np.empty((k, times.shape[1]), np.int64)
+    _gather_rows(data, rep, k, out_data)
+    _gather_rows(times, rep, k, out_times)
+    return out_data, out_times, (sums if k == n else sums[:k].copy())
+
+
+def _consolidate(data, times, diffs, where="consolidate"):
+    n = data.shape[0]
+    if n == 0:
+        return (np.empty((0, data.shape[1]), np.int64), np.empty((0, times.shape[1]), np.int64),
+                np.empty(0, np.int64))
+    mins, widths, word_of, shifts, word_bits = layout = _layout(data, times)
+    if len(word_bits) <= 1:
+        keys = np.empty(n, np.uint64)
+        _pack_word(data, times, mins, word_of, shifts, 0, _EMPTY_I64, False, keys)
+        sk, sd = _sort_keys(keys, diffs, word_bits[0] if word_bits else 0)
+        del keys
+        k, over = _sum_sorted_keys(sk, sd)
+        if over:
+            raise _overflow(where)
+        out_data = np.empty((k, data.shape[1]), np.int64)
+        out_times = np.empty((k, times.shape[1]), np.int64)
+        _unpack_word(sk, k, mins, widths, shifts, out_data, out_times)
+        # `sd` is already a fresh array: copy only to release the unused tail.
+        return out_data, out_times, (sd if k == n else sd[:k].copy())
+    perm = _argsort2(data, times)[0]
+    del layout
+    return _from_runs(data, times, perm, True, diffs, where)
+
+
+# ----------------------------------------------------------------------------------
+# Public wrappers
+# ----------------------------------------------------------------------------------
+
+def consolidate(data, times, diffs):
+    """Sort updates by ``(data, time)``, sum the diffs of equal pairs, drop zeros.
+
+    Parameters
+    ----------
+    data : array_like of int, shape [n, a], a >= 0
+    times : array_like of int, shape [n, d] (d >= 1 for times; d == 0 is accepted)
+    diffs : array_like of int, shape [n]
+
+    Returns
+    -------
+    (data, times, diffs)
+        Fresh C-contiguous int64 arrays ``[k, a]``, ``[k, d]``, ``[k]``, consolidated
+        (see :func:`is_consolidated`): for every distinct ``(data, time)`` of the input
+        whose diffs sum to a non-zero value, one row with that sum.
+
+    Raises
+    ------
+    OverflowError
+        When the exact diff sum of some ``(data, time)`` group is outside int64.
+    ValueError
+        On mismatched lengths or a lossy dtype.
+    """
+    data, times, diffs = _check(data, times, diffs, "consolidate")
+    return _consolidate(data, times, diffs)
+
+
+def consolidate_sorted(data, times, diffs):
+    """:func:`consolidate` for updates already sorted by ``(data, time)``: one linear
+    pass (plus a gather of the surviving rows).
+
+    Precondition (checked, ``ValueError`` otherwise): the rows of ``[data | times]``
+    are lexicographically non-decreasing; equal rows need not be adjacent to anything
+    else. Returns and raises as :func:`consolidate`.
+    """
+    data, times, diffs = _check(data, times, diffs, "consolidate_sorted")
+    if not _is_sorted2(data, times, False):
+        raise ValueError("consolidate_sorted: updates are not sorted by (data, time); "
+                         "use consolidate() instead")
+    return _from_runs(data, times, _EMPTY_I64, False, diffs, "consolidate_sorted")
+
+
+def is_consolidated(data, times, diffs):
+    """True when the updates are strictly sorted by ``(data, time)`` and no diff is 0.
+
+    Shapes as for :func:`consolidate` (``ValueError`` on mismatch).
+    """
+    data, times, diffs = _check(data, times, diffs, "is_consolidated")
+    return bool(_is_sorted2(data, times, True)) and not bool((diffs == 0).any())
+
+
+def consolidate_data(data, diffs):
+    """Consolidate rows without times: sort ``data`` rows, sum diffs, drop zeros.
+
+    Parameters
+    ----------
+    data : array_like of int, shape [n, a]
+    diffs : array_like of int, shape [n]
+
+    Returns
+    -------
+    (data, diffs)
+        Fresh int64 ``[k, a]`` (strictly sorted rows) and ``[k]`` (non-zero sums).
+        Raises ``OverflowError`` as :func:`consolidate`.
+    """
+    data = as_int64_rows(data, "data")
+    times = np.zeros((data.shape[0], 0), np.int64)
+    data, times, diffs = _check(data, times, diffs, "consolidate_data")
+    out_data, _, out_diffs = _consolidate(data, times, diffs, "consolidate_data")
+    return out_data, out_diffs
