@@ -180,12 +180,16 @@ class Spine:
         4 suffices for a merge at level ``L`` to finish before level ``L`` is needed again.
     eager_merge : int
         Merges of at most this many updates complete at once instead of in steps.
+    small : int
+        Batches of at most this many updates are merged at once with every batch in the
+        levels below ``small`` (so those levels hold at most one batch).
     """
 
-    def __init__(self, kw, vw, dims, *, effort=4, eager_merge=4096):
+    def __init__(self, kw, vw, dims, *, effort=4, eager_merge=4096, small=512):
         self.kw, self.vw, self.dims = int(kw), int(vw), int(dims)
         self.effort = int(effort)
         self.eager_merge = int(eager_merge)
+        self.small = int(small)
         self.levels: list = []
         self._handles: dict[int, np.ndarray] = {}
         self._next_handle = 0
@@ -208,6 +212,21 @@ class Spine:
             return
         self.inserted += n
         self._apply_fuel(self.effort * n)
+        if n <= self.small:
+            # Small batches (single-change rounds) are merged at once with the small
+            # batches already present, so the low levels hold at most one batch: reads
+            # touch few batches, and each such merge costs at most ~2 * small updates.
+            small_levels = _level_of(self.small) + 1
+            for lvl in range(min(small_levels, len(self.levels))):
+                slot = self.levels[lvl]
+                if isinstance(slot, Batch):
+                    self.levels[lvl] = None
+                    batch = _Merging(slot, batch, self._merge_frontier()).finish()
+                elif isinstance(slot, _Merging):
+                    self.levels[lvl] = None
+                    batch = _Merging(slot.finish(), batch, self._merge_frontier()).finish()
+            self._place(batch, _level_of(len(batch)))
+            return
         self._place(batch, _level_of(n))
 
     def _apply_fuel(self, fuel):
@@ -339,7 +358,12 @@ class Spine:
         parts = []
         for b in self.batches():
             if len(b):
-                qidx, vals, times, diffs = _cursor.gather_keys(b.trie, queries)
+                # Batches are trusted (built by the kernels), so the private kernels are
+                # called directly: the public wrapper re-validates every array.
+                t = b.trie
+                kidx = _cursor._find_keys(t.keys, queries)
+                qidx, vals, times, diffs = _cursor._gather(kidx, t.key_offs, t.vals,
+                                                           t.val_offs, t.times, t.diffs)
                 if len(diffs):
                     parts.append((qidx, vals, times, diffs))
         if not parts:

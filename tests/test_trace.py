@@ -63,7 +63,7 @@ def test_batch_from_updates_is_consolidated_trie(seed, kw, vw, dims, n):
 def test_spine_contents_equal_sum_of_inserts(seed, kw, dims, nbatches):
     rng = np.random.default_rng(seed)
     vw = 1
-    spine = Spine(kw, vw, dims, effort=1, eager_merge=0)   # merges stay in progress
+    spine = Spine(kw, vw, dims, effort=1, eager_merge=0, small=0)  # merges in progress
     parts = []
     for _ in range(nbatches):
         u = random_updates(rng, int(rng.integers(0, 30)), kw, vw, dims)
@@ -91,7 +91,7 @@ def test_spine_contents_equal_sum_of_inserts(seed, kw, dims, nbatches):
 
 def test_spine_number_of_batches_is_logarithmic():
     rng = np.random.default_rng(1)
-    spine = Spine(1, 1, 1, eager_merge=0)
+    spine = Spine(1, 1, 1, eager_merge=0, small=0)
     total = 0
     for i in range(2000):
         n = int(rng.integers(1, 20))
@@ -177,3 +177,16 @@ def test_sliding_window_state_stays_bounded():
     data, counts = spine.accumulate([total_times])
     live = {(int(keys[i]), int(vals[i])) for i in range(total_times - window, total_times)}
     assert set(map(tuple, data.tolist())) == live and (counts == 1).all()
+
+
+def test_small_batches_keep_few_batches_and_exact_contents():
+    rng = np.random.default_rng(11)
+    spine = Spine(1, 1, 2, small=64)
+    parts = []
+    for i in range(300):
+        u = random_updates(rng, int(rng.integers(1, 5)), 1, 1, 2, dom=50, tmax=50)
+        parts.append(u)
+        spine.insert(Batch.from_updates(*u, kw=1))
+        small = [b for b in spine.batches() if len(b) <= 64]
+        assert len(small) <= 1
+    assert as_dict(*spine.updates()) == ref_sum(parts)
