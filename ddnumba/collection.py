@@ -39,6 +39,16 @@ def _key_width(key, names, op):
     return k
 
 
+def _encloses(outer, inner):
+    """True when scope ``outer`` is ``inner`` or one of its ancestors."""
+    s = inner
+    while s is not None:
+        if s is outer:
+            return True
+        s = s.parent
+    return False
+
+
 def _dedupe(names):
     out, seen = [], set()
     for n in names:
@@ -84,14 +94,30 @@ class Collection:
         return names
 
     def _same_scope(self, other, op):
+        """``other`` brought into this collection's scope (entered if it is outer)."""
         other = other._collection if isinstance(other, Arranged) else other
+        if not isinstance(other, Collection):
+            raise TypeError(f"{op}: expected a Collection, got {type(other).__name__}")
         if other._node.df is not self._node.df:
             raise ValueError(f"{op}: collections belong to different dataflows")
         if other.scope is not self.scope:
+            if not _encloses(other.scope, self.scope):
+                raise ValueError(f"{op}: {other.names} is from an inner loop scope; "
+                                 f"leave() it first")
             # Collections from an enclosing scope are entered automatically.
-            return self.scope.import_collection(other) if hasattr(
-                self.scope, "import_collection") else other
+            return self.scope.import_collection(other)
         return other
+
+    def _innermost(self, others, op):
+        """This collection entered into the innermost scope among ``others`` (so that
+        ``outer.join(inner)`` inside a loop body works like ``inner.join(outer)``)."""
+        me = self
+        for o in others:
+            oc = o._collection if isinstance(o, Arranged) else o
+            if isinstance(oc, Collection) and oc.scope is not me.scope and \
+                    _encloses(me.scope, oc.scope):
+                me = oc.scope.import_collection(me)
+        return me
 
     def __repr__(self):
         return f"Collection({self.names}, node={self._node!r})"
@@ -148,6 +174,9 @@ class Collection:
 
     def concat(self, *others):
         """The sum (multiset union) of this collection and ``others``."""
+        me = self._innermost(others, "concat")
+        if me is not self:
+            return me.concat(*others)
         others = [self._same_scope(o, "concat") for o in others]
         for o in others:
             if o.arity != self.arity:
@@ -208,6 +237,9 @@ class Collection:
         >>> out.updates().to_pylist()
         [{'k': 1, 'x': 10, 'y': 20, 'time': 1, 'diff': 1}]
         """
+        me = self._innermost([other], "join")
+        if me is not self:
+            return me.join(other, key=key)
         left = self._arranged(key, "join")
         right = self._as_arranged(other, left.kw, "join")
         names = _dedupe(self.names[:left.kw] + self.names[left.kw:]
@@ -220,9 +252,11 @@ class Collection:
             if other.kw != kw:
                 raise ValueError(f"{op}: the arrangement is keyed by {other.kw} column(s), "
                                  f"this side by {kw}")
-            if other._node.scope is not self.scope:
-                raise ValueError(f"{op}: the arrangement belongs to another scope")
-            return other
+            if other._node.scope is self.scope:
+                return other
+            # An arrangement from an enclosing scope: enter its collection and arrange
+            # it again inside (arrangements themselves are not shared across scopes).
+            other = other._collection
         other = self._same_scope(other, op)
         return other._arranged(kw, op)
 
@@ -329,6 +363,9 @@ class Collection:
 
     # -- multiset operators (Naiad patent) --------------------------------------------
     def _pair(self, other, combine, op):
+        me = self._innermost([other], op)
+        if me is not self:
+            return me._pair(other, combine, op)
         other = self._same_scope(other, op)
         if other.arity != self.arity:
             raise ValueError(f"{op}: arity {other.arity} differs from {self.arity}")

@@ -131,7 +131,8 @@ class LoopScope(Scope):
             self.rounds_run += 1
             k = self.next_round(P, k + 1)
         # Settle: nothing is in flight below P; let every trace compact to {(p, 0)}.
-        self.k = None
+        # (self.k keeps the last round: nested loops stepped now use it as their lower
+        # bound, and they have no work below P either.)
         self.round_frontier = self.frontier_for(P, None)
         self.run_pass(force=True)
 
