@@ -24,6 +24,11 @@ here over CSR per-key lists (``offs[K + 1]`` indexes the rows of key ``k`` as
 
 Diff arithmetic is checked: a kernel returns an overflow flag and the wrapper raises
 ``OverflowError`` instead of letting a sum wrap around.
+
+``interesting_times``, ``accumulate`` and ``corrections`` take ``check=False`` to skip
+their O(n) validation of offsets and sortedness when the caller guarantees them (the
+runtime's reduce operator does: its inputs come from consolidated traces); shapes and
+dtypes are still normalised.
 """
 import numpy as np
 from numba import njit
@@ -424,7 +429,7 @@ def _interesting_times(seed_offs, seed_times, hist_offs, hist_times, upper):
     return due_offs, due_out, n_due, pend_offs, pend_out, n_pend, bad_seed
 
 
-def interesting_times(seed_offs, seed_times, hist_offs, hist_times, upper):
+def interesting_times(seed_offs, seed_times, hist_offs, hist_times, upper, *, check=True):
     """Per key, the closure of the seed times under join, split into due and pending.
 
     Parameters
@@ -466,9 +471,11 @@ def interesting_times(seed_offs, seed_times, hist_offs, hist_times, upper):
     _check_width(hist_times, "hist_times", d, "time dimensions of seed_times")
     seed_offs = _as_i64(seed_offs, "seed_offs", 1)
     hist_offs = _as_i64(hist_offs, "hist_offs", 1)
-    _check_offs(seed_offs, "seed_offs", seed_times.shape[0], "seed_times")
+    if check:
+        _check_offs(seed_offs, "seed_offs", seed_times.shape[0], "seed_times")
     K = seed_offs.shape[0] - 1
-    _check_offs(hist_offs, "hist_offs", hist_times.shape[0], "hist_times", K)
+    if check:
+        _check_offs(hist_offs, "hist_offs", hist_times.shape[0], "hist_times", K)
     upper = _upper(upper, d)
     due_offs, due, nd, pend_offs, pend, npd, bad = _interesting_times(
         seed_offs, seed_times, hist_offs, hist_times, upper
@@ -560,7 +567,7 @@ def _accumulate(due_offs, due_times, upd_offs, upd_vals, upd_times, upd_diffs):
     return mom_offs, out_vals, out_counts, n, overflow
 
 
-def accumulate(due_offs, due_times, upd_offs, upd_vals, upd_times, upd_diffs):
+def accumulate(due_offs, due_times, upd_offs, upd_vals, upd_times, upd_diffs, *, check=True):
     """The accumulated input of each key at each of its due times (its *moments*).
 
     Parameters
@@ -605,11 +612,15 @@ def accumulate(due_offs, due_times, upd_offs, upd_vals, upd_times, upd_diffs):
         )
     due_offs = _as_i64(due_offs, "due_offs", 1)
     upd_offs = _as_i64(upd_offs, "upd_offs", 1)
-    _check_offs(due_offs, "due_offs", due_times.shape[0], "due_times")
+    if check:
+        _check_offs(due_offs, "due_offs", due_times.shape[0], "due_times")
     K = due_offs.shape[0] - 1
-    _check_offs(upd_offs, "upd_offs", upd_vals.shape[0], "upd_vals", K)
-    _check_sorted(due_offs, due_times, due_times, "due_times")
-    _check_sorted(upd_offs, upd_vals, upd_times, "updates (by val, time)")
+    if check:
+        _check_offs(upd_offs, "upd_offs", upd_vals.shape[0], "upd_vals", K)
+    if check:
+        _check_sorted(due_offs, due_times, due_times, "due_times")
+    if check:
+        _check_sorted(upd_offs, upd_vals, upd_times, "updates (by val, time)")
     mom_offs, vals, counts, n, overflow = _accumulate(
         due_offs, due_times, upd_offs, upd_vals, upd_times, upd_diffs
     )
@@ -758,7 +769,7 @@ def _corrections(
 
 def corrections(
     due_offs, due_times, want_offs, want_vals, want_counts,
-    out_offs, out_vals, out_times, out_diffs,
+    out_offs, out_vals, out_times, out_diffs, *, check=True,
 ):
     """Output updates that make each key's output equal the desired one at its moments.
 
@@ -823,13 +834,18 @@ def corrections(
     due_offs = _as_i64(due_offs, "due_offs", 1)
     want_offs = _as_i64(want_offs, "want_offs", 1)
     out_offs = _as_i64(out_offs, "out_offs", 1)
-    _check_offs(due_offs, "due_offs", due_times.shape[0], "due_times")
+    if check:
+        _check_offs(due_offs, "due_offs", due_times.shape[0], "due_times")
     K = due_offs.shape[0] - 1
-    _check_offs(want_offs, "want_offs", want_vals.shape[0], "want_vals",
-                due_times.shape[0])
-    _check_offs(out_offs, "out_offs", out_vals.shape[0], "out_vals", K)
-    _check_sorted(due_offs, due_times, due_times, "due_times")
-    _check_sorted(out_offs, out_vals, out_times, "old output (by outval, time)")
+    if check:
+        _check_offs(want_offs, "want_offs", want_vals.shape[0], "want_vals",
+                    due_times.shape[0])
+    if check:
+        _check_offs(out_offs, "out_offs", out_vals.shape[0], "out_vals", K)
+    if check:
+        _check_sorted(due_offs, due_times, due_times, "due_times")
+    if check:
+        _check_sorted(out_offs, out_vals, out_times, "old output (by outval, time)")
     key, vals, times, diffs, n, overflow = _corrections(
         due_offs, due_times, want_offs, want_vals, want_counts,
         out_offs, out_vals, out_times, out_diffs,

@@ -98,7 +98,7 @@ class ReduceNode(Node):
 
         hist = self.arranged.spine.gather(keys)        # old input + the new batch
         due_offs, due_times, pend_offs, pend_times = _reduce.interesting_times(
-            seed_offs, seed_times, hist.offs, hist.times, frontier)
+            seed_offs, seed_times, hist.offs, hist.times, frontier, check=False)
         if len(pend_times):
             pk = np.repeat(keys, np.diff(pend_offs), axis=0)
             self.pend_keys = np.ascontiguousarray(np.concatenate([self.pend_keys, pk]))
@@ -108,12 +108,12 @@ class ReduceNode(Node):
         if not len(due_times):
             return
         mom_offs, acc_vals, acc_counts = _reduce.accumulate(
-            due_offs, due_times, hist.offs, hist.vals, hist.times, hist.diffs)
+            due_offs, due_times, hist.offs, hist.vals, hist.times, hist.diffs, check=False)
         want_offs, want_vals, want_counts = self.logic(mom_offs, acc_vals, acc_counts)
         old = self.out.gather(keys)
         ck, cv, ct, cd = _reduce.corrections(
             due_offs, due_times, want_offs, want_vals, want_counts,
-            old.offs, old.vals, old.times, old.diffs)
+            old.offs, old.vals, old.times, old.diffs, check=False)
         if not len(cd):
             return
         data = np.empty((len(cd), kw + self.ow), _I64)
