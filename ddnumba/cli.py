@@ -1,0 +1,330 @@
+"""The ``ddnumba`` command: the demo, and incremental queries over Parquet changes.
+
+``ddnumba demo``
+    Spark generates a changing graph, ddnumba maintains reachability and out-degrees,
+    Spark checks the answer (see :mod:`ddnumba.demo`).
+
+``ddnumba run QUERY --input DIR --output DIR``
+    Reads change streams (Parquet; columns, ``time`` or ``time_0..``, ``diff``) from
+    subdirectories of ``--input``, runs a query incrementally and writes each output's
+    changes to ``--output/NAME/part-00000.parquet``, decoded to the input types. QUERY
+    is a built-in or a Python file:
+
+    ===================== =================== ========================================
+    query                 inputs              output (columns)
+    ===================== =================== ========================================
+    reachability          roots/, edges/      reachability (root, node)
+    connected-components  edges/              connected_components (node, label)
+    count                 input/              count (key, count); ``--key`` picks the
+                                              key column (default: the first)
+    join                  left/, right/       join (key, left..., right...); ``--key``
+                                              names the join column (default: first)
+    FILE.py               one per input       one per output
+    ===================== =================== ========================================
+
+    A Python file defines ``build(df)`` returning ``(inputs, outputs)``: dicts from
+    names to input handles (read from ``--input/NAME/`` with the handle's column names)
+    and to collections (written to ``--output/NAME/``). An optional ``TYPES`` dict maps
+    output names to ``{column: pyarrow type}`` for columns whose names do not match an
+    input column.
+
+Exit status: 0 on success, 1 when the demo's check finds a mismatch, 2 for bad usage or
+bad input (one line on stderr: ``ddnumba: error: ...``).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import shutil
+import sys
+
+__all__ = ["main", "BUILTIN_QUERIES"]
+
+BUILTIN_QUERIES = ("reachability", "connected-components", "count", "join")
+
+
+class UsageError(Exception):
+    """Bad usage or bad input: reported on one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+def _parser():
+    p = _Parser(prog="ddnumba", description="Differential dataflow for Python: "
+                "incremental queries over Parquet change streams.")
+    from ddnumba import __version__
+    p.add_argument("--version", action="version", version=f"ddnumba {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    d = sub.add_parser("demo", help="Spark -> ddnumba -> Spark round trip on a changing "
+                       "graph (reachability and out-degree), with a latency summary")
+    d.add_argument("--nodes", type=int, default=2_000, help="graph nodes (default 2000)")
+    d.add_argument("--edges", type=int, default=None,
+                   help="initial edges (default 2 * nodes)")
+    d.add_argument("--roots", type=int, default=10, help="reachability roots (10)")
+    d.add_argument("--changes", type=int, default=2_000,
+                   help="edge changes in the sliding window (default 2000)")
+    d.add_argument("--batch", type=int, default=100,
+                   help="changes per run, each at its own time (default 100)")
+    d.add_argument("--out", default="./ddnumba-demo-out",
+                   help="output directory (default ./ddnumba-demo-out)")
+    d.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    d.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+    r = sub.add_parser(
+        "run", help="run a query over Parquet change streams",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run a query incrementally over Parquet change streams (columns, "
+        "time or time_0.., diff) and write each output's changes as Parquet.",
+        epilog="inputs under --input, outputs under --output:\n"
+        "  reachability          roots/, edges/  -> reachability/ (root, node)\n"
+        "  connected-components  edges/          -> connected_components/ (node, label)\n"
+        "  count                 input/          -> count/ (key, count)\n"
+        "  join                  left/, right/   -> join/ (key, left..., right...)\n"
+        "  FILE.py               build(df) -> (inputs, outputs): one directory per "
+        "name\n\nexit status: 0 ok, 2 bad usage or bad input")
+    r.add_argument("query", metavar="QUERY",
+                   help=f"one of {', '.join(BUILTIN_QUERIES)}, or a Python file "
+                   f"defining build(df)")
+    r.add_argument("--input", required=True, metavar="DIR",
+                   help="directory with one subdirectory of changes per input")
+    r.add_argument("--output", required=True, metavar="DIR",
+                   help="directory for the outputs (one subdirectory each)")
+    r.add_argument("--time-dims", type=int, default=1, metavar="N",
+                   help="time coordinates (time_0..time_{N-1}; default 1: time)")
+    r.add_argument("--key", default=None, help="key column for count and join")
+    r.add_argument("--order", choices=("check", "sort", "any"), default="check",
+                   help="how files must be ordered in time (default check)")
+    r.add_argument("--overwrite", action="store_true",
+                   help="replace existing output subdirectories")
+    r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+# --------------------------------------------------------------------------- run
+def _input_dir(root, name):
+    path = os.path.join(root, name)
+    if not os.path.isdir(path):
+        raise UsageError(f"{path}: missing input directory (this query reads "
+                         f"'{name}/' under --input)")
+    return path
+
+
+def _reader(path, columns, args, enc):
+    from ddnumba.io.parquet import read_changes
+    return read_changes(path, columns, time_dims=args.time_dims, encoder=enc,
+                        order=args.order)
+
+
+def _schema_columns(path, args, enc):
+    """Data column names of a change directory (from its first file)."""
+    return list(_reader(path, None, args, enc).names)
+
+
+def _with_key_first(cols, key, path):
+    if key is None:
+        return cols
+    if key not in cols:
+        raise UsageError(f"{path}: no column {key!r} for --key (columns: {cols})")
+    return [key] + [c for c in cols if c != key]
+
+
+def _builtin(query, df, args, enc):
+    """The inputs ``{name: (handle, path, columns)}``, outputs ``{name: collection}``,
+    output columns named after another input column ``{output column: input column}``
+    (to decode them) and column pairs the query compares (to check their types)."""
+    from ddnumba import algorithms as alg
+    root = args.input
+    if query == "reachability":
+        rp, ep = _input_dir(root, "roots"), _input_dir(root, "edges")
+        rcols = _schema_columns(rp, args, enc)
+        ecols = _schema_columns(ep, args, enc)
+        if len(rcols) != 1:
+            raise UsageError(f"{rp}: roots need exactly one data column, found {rcols}")
+        if len(ecols) != 2:
+            raise UsageError(f"{ep}: edges need two data columns (src, dst), found "
+                             f"{ecols}")
+        rin, roots = df.new_input(rcols)
+        ein, edges = df.new_input(ecols)
+        out = {"reachability": alg.reachability(roots, edges)}
+        inputs = {"roots": (rin, rp, rcols), "edges": (ein, ep, ecols)}
+        node_cols = {"root": rcols[0], "node": rcols[0]}
+    elif query == "connected-components":
+        ep = _input_dir(root, "edges")
+        ecols = _schema_columns(ep, args, enc)
+        if len(ecols) != 2:
+            raise UsageError(f"{ep}: edges need two data columns (src, dst), found "
+                             f"{ecols}")
+        ein, edges = df.new_input(ecols)
+        out = {"connected_components": alg.connected_components(edges)}
+        inputs = {"edges": (ein, ep, ecols)}
+        node_cols = {"node": ecols[0], "label": ecols[0]}
+    elif query == "count":
+        ip = _input_dir(root, "input")
+        cols = _with_key_first(_schema_columns(ip, args, enc), args.key, ip)
+        iin, coll = df.new_input(cols)
+        key = cols[0]
+        out = {"count": coll.count(name="count" if key != "count" else "count_")}
+        inputs = {"input": (iin, ip, cols)}
+        node_cols = {}
+    else:  # join
+        lp, rp = _input_dir(root, "left"), _input_dir(root, "right")
+        lcols = _with_key_first(_schema_columns(lp, args, enc), args.key, lp)
+        rcols = _with_key_first(_schema_columns(rp, args, enc), args.key, rp)
+        lin, left = df.new_input(lcols)
+        rin, right = df.new_input(rcols)
+        joined = left.join(right)
+        out = {"join": joined}
+        inputs = {"left": (lin, lp, lcols), "right": (rin, rp, rcols)}
+        # The join output renames clashing right-hand columns with a _right suffix.
+        node_cols = {}
+        right_names = joined.names[len(lcols):]
+        node_cols.update({n: c for n, c in zip(right_names, rcols[1:]) if n != c})
+        return inputs, out, node_cols, [("left", lcols[0], "right", rcols[0])]
+    checks = []
+    if query == "reachability":
+        checks.append(("roots", rcols[0], "edges", ecols[0]))
+    if query in ("reachability", "connected-components"):
+        checks.append(("edges", ecols[0], "edges", ecols[1]))
+    return inputs, out, node_cols, checks
+
+
+def _user_query(path, df):
+    if not os.path.isfile(path):
+        raise UsageError(f"{path}: no such query file (built-in queries: "
+                         f"{', '.join(BUILTIN_QUERIES)})")
+    spec = importlib.util.spec_from_file_location("ddnumba_user_query", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    build = getattr(mod, "build", None)
+    if not callable(build):
+        raise UsageError(f"{path}: defines no build(df) function")
+    res = build(df)
+    if not (isinstance(res, tuple) and len(res) == 2 and isinstance(res[0], dict)
+            and isinstance(res[1], dict)):
+        raise UsageError(f"{path}: build(df) must return (inputs, outputs), two dicts "
+                         f"from names to input handles and to collections")
+    return res[0], res[1], getattr(mod, "TYPES", {}) or {}
+
+
+def _check_same_kind(enc, checks, inputs):
+    """Columns compared by a query (roots vs edge endpoints, join keys) must share an
+    encoding family, or the comparison of codes would be meaningless."""
+    from ddnumba.io.encoding import kind_of
+    fam = {"uint64": "int"}
+    for a_in, a_col, b_in, b_col in checks:
+        ta = enc.types.get(a_col)
+        tb = enc.types.get(b_col)
+        if ta is None or tb is None:
+            continue
+        ka, kb = kind_of(ta), kind_of(tb)
+        if fam.get(ka, ka) != fam.get(kb, kb):
+            raise UsageError(f"{inputs[a_in][1]}: column {a_col!r} ({ta}) cannot be "
+                             f"compared with column {b_col!r} ({tb}) of "
+                             f"{inputs[b_in][1]}")
+
+
+def _run(args):
+    import ddnumba as dd
+    from ddnumba.io.encoding import encoder_for
+    from ddnumba.io.parquet import feed_all, write_changes
+    if args.time_dims < 1:
+        raise UsageError(f"--time-dims must be >= 1, got {args.time_dims}")
+    if not os.path.isdir(args.input):
+        raise UsageError(f"{args.input}: --input is not a directory")
+    df = dd.Dataflow(time_dims=args.time_dims)
+    enc = encoder_for(df)
+    types = {}
+    if args.query in BUILTIN_QUERIES:
+        inputs, outputs, renamed, checks = _builtin(args.query, df, args, enc)
+    else:
+        handles, collections, user_types = _user_query(args.query, df)
+        inputs = {}
+        for name, h in handles.items():
+            inputs[name] = (h, _input_dir(args.input, name), list(h.names))
+        outputs = collections
+        renamed, checks = {}, []
+        types = {k: dict(v) for k, v in user_types.items()}
+    captures = {}
+    for name, coll in outputs.items():
+        if not hasattr(coll, "capture"):
+            raise UsageError(f"output {name!r} is not a collection "
+                             f"({type(coll).__name__})")
+        captures[name] = coll.capture()
+    targets = {}
+    for name in captures:
+        target = os.path.join(args.output, name)
+        if os.path.exists(target) and os.listdir(target):
+            if not args.overwrite:
+                raise UsageError(f"{target}: output directory exists and is not empty "
+                                 f"(pass --overwrite to replace it)")
+            shutil.rmtree(target)
+        targets[name] = target
+    fed = feed_all([(h, p, cols) for h, p, cols in inputs.values()],
+                   progress=not args.no_progress, encoder=enc, order=args.order)
+    _check_same_kind(enc, checks, inputs)
+    for name, cap in captures.items():
+        out_types = dict(types.get(name, {}))
+        for out_col, in_col in renamed.items():
+            if in_col in enc.types and out_col not in out_types:
+                out_types[out_col] = enc.types[in_col]
+        path = write_changes(cap, targets[name], encoder=enc, types=out_types)
+        print(f"{name}: {len(cap):,} updates -> {path}")
+    print(f"read {fed:,} input updates from {len(inputs)} input(s)")
+    return 0
+
+
+def _demo(args):
+    from ddnumba.demo import DemoConfig, run_demo
+    cfg = DemoConfig(nodes=args.nodes, edges=args.edges, roots=args.roots,
+                     changes=args.changes, batch=args.batch, out=args.out,
+                     seed=args.seed, progress=not args.no_progress)
+    try:
+        cfg = cfg.resolved()
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        raise UsageError("the demo needs PySpark: pip install 'ddnumba[spark]'") from None
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        raise UsageError("the demo needs Java (17 or later) for Spark: none found on "
+                         "PATH and JAVA_HOME is unset")
+    result = run_demo(cfg)
+    return 0 if result.match else 1
+
+
+def main(argv=None) -> int:
+    """Entry point of the ``ddnumba`` console script; returns the exit status."""
+    from ddnumba.io.parquet import ChangeFileError
+    try:
+        args = _parser().parse_args(argv)
+        if args.command is None:
+            raise UsageError("a command is required: demo or run (see 'ddnumba --help')")
+        if args.command == "demo":
+            return _demo(args)
+        return _run(args)
+    except UsageError as e:
+        _error(str(e))
+        return 2
+    except (ChangeFileError, FileNotFoundError, FileExistsError) as e:
+        _error(str(e))
+        return 2
+    except (ValueError, TypeError, OverflowError) as e:
+        # Input the engine rejected (times before the frontier, mismatched columns...).
+        _error(f"{type(e).__name__}: {e}")
+        return 2
+
+
+def _error(message):
+    line = " ".join(str(message).split())
+    sys.stderr.write(f"ddnumba: error: {line}\n")
+    sys.stderr.flush()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

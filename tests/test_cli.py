@@ -1,0 +1,275 @@
+"""The ``ddnumba`` command: ``run`` with built-in and user queries, errors, the demo.
+
+``run`` tests write their inputs with pyarrow and compare the Parquet the command writes
+with references computed here (networkx, Counters). The demo test runs the installed
+console script in a subprocess with small sizes (it starts its own Spark).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+
+import networkx as nx
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from ddnumba.cli import main
+from ddnumba.demo import bfs_reachable
+
+
+def write(path, **cols):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    pq.write_table(pa.table(cols), path)
+
+
+def accumulate(table, cols, t):
+    acc = Counter()
+    for r in table.to_pylist():
+        if r["time"] <= t:
+            acc[tuple(r[c] for c in cols)] += r["diff"]
+    return {k: v for k, v in acc.items() if v}
+
+
+def run_cli(argv, capsys):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# ------------------------------------------------------------------ built-in queries
+def test_run_reachability_on_strings(tmp_path, capsys):
+    rng = np.random.default_rng(3)
+    names = np.array([f"n{i}" for i in range(12)])
+    inp = tmp_path / "in"
+    write(str(inp / "roots" / "part-0.parquet"), node=["n0", "n5"], time=[0, 0])
+    edges, present = [], []
+    for t in range(4):
+        for _ in range(6):
+            e = tuple(names[rng.integers(0, 12, 2)])
+            edges.append((*e, t, 1))
+            present.append(e)
+        if t:
+            e = present.pop(int(rng.integers(0, len(present))))
+            edges.append((*e, t, -1))
+        part = [x for x in edges if x[2] == t]
+        write(str(inp / "edges" / f"batch={t}" / "part-0.parquet"),
+              src=[x[0] for x in part], dst=[x[1] for x in part],
+              time=[x[2] for x in part], diff=[x[3] for x in part])
+    code, out, err = run_cli(["run", "reachability", "--input", inp, "--output",
+                              tmp_path / "out", "--no-progress"], capsys)
+    assert code == 0, err
+    assert "reachability:" in out
+    tbl = pq.read_table(tmp_path / "out" / "reachability")
+    assert tbl.schema.field("root").type == pa.string()
+    assert tbl.schema.field("node").type == pa.string()
+    for t in range(4):
+        acc = Counter()
+        for s, d, tt, df in edges:
+            if tt <= t:
+                acc[(s, d)] += df
+        g = nx.DiGraph([k for k, v in acc.items() if v > 0])
+        g.add_nodes_from(["n0", "n5"])
+        want = {(r, v): 1 for r in ("n0", "n5") for v in nx.descendants(g, r) | {r}}
+        assert accumulate(tbl, ["root", "node"], t) == want
+
+
+def test_run_connected_components(tmp_path, capsys):
+    inp = tmp_path / "in"
+    write(str(inp / "edges" / "part-0.parquet"), a=[1, 2, 7, 9], b=[2, 3, 8, 9],
+          time=[0, 0, 0, 0])
+    write(str(inp / "edges" / "part-1.parquet"), a=[2, 3], b=[3, 7], time=[1, 2],
+          diff=[-1, 1])
+    code, out, err = run_cli(["run", "connected-components", "--input", inp, "--output",
+                              tmp_path / "out", "--no-progress"], capsys)
+    assert code == 0, err
+    tbl = pq.read_table(tmp_path / "out" / "connected_components")
+    for t, edges in ((0, [(1, 2), (2, 3), (7, 8), (9, 9)]),
+                     (1, [(1, 2), (7, 8), (9, 9)]),
+                     (2, [(1, 2), (3, 7), (7, 8), (9, 9)])):
+        g = nx.Graph(edges)
+        want = {(v, min(comp)): 1 for comp in nx.connected_components(g) for v in comp}
+        assert accumulate(tbl, ["node", "label"], t) == want
+
+
+def test_run_count_with_key_and_join(tmp_path, capsys):
+    inp = tmp_path / "in"
+    write(str(inp / "input" / "part-0.parquet"), x=[1, 2, 3], word=["a", "b", "a"],
+          time=[0, 0, 1])
+    code, _, err = run_cli(["run", "count", "--input", inp, "--output", tmp_path / "out",
+                            "--key", "word", "--no-progress"], capsys)
+    assert code == 0, err
+    tbl = pq.read_table(tmp_path / "out" / "count")
+    assert tbl.column_names == ["word", "count", "time", "diff"]
+    assert accumulate(tbl, ["word", "count"], 0) == {("a", 1): 1, ("b", 1): 1}
+    assert accumulate(tbl, ["word", "count"], 1) == {("a", 2): 1, ("b", 1): 1}
+
+    write(str(inp / "left" / "part-0.parquet"), k=["p", "q", "p"], x=[1.5, 2.5, -1.0],
+          time=[0, 0, 0])
+    write(str(inp / "right" / "part-0.parquet"), y=[True, False], k=["p", "r"],
+          time=[0, 0])
+    code, _, err = run_cli(["run", "join", "--input", inp, "--output", tmp_path / "out",
+                            "--key", "k", "--no-progress"], capsys)
+    assert code == 0, err
+    tbl = pq.read_table(tmp_path / "out" / "join")
+    assert tbl.schema.field("x").type == pa.float64()
+    assert tbl.schema.field("y").type == pa.bool_()
+    assert accumulate(tbl, ["k", "x", "y"], 0) == {("p", 1.5, True): 1,
+                                                   ("p", -1.0, True): 1}
+
+
+def test_run_user_query_file(tmp_path, capsys):
+    q = tmp_path / "q.py"
+    q.write_text(
+        "def build(df):\n"
+        "    ei, edges = df.new_input(['src', 'dst'])\n"
+        "    deg = edges.map(lambda s, d: d, names=['dst']).count(name='indegree')\n"
+        "    return {'edges': ei}, {'indegree': deg}\n")
+    write(str(tmp_path / "in" / "edges" / "part-0.parquet"), src=[1, 2, 3], dst=[3, 3, 1],
+          time=[0, 0, 1], diff=[1, 1, 1])
+    code, out, err = run_cli(["run", q, "--input", tmp_path / "in", "--output",
+                              tmp_path / "out", "--no-progress"], capsys)
+    assert code == 0, err
+    tbl = pq.read_table(tmp_path / "out" / "indegree")
+    assert accumulate(tbl, ["dst", "indegree"], 1) == {(3, 2): 1, (1, 1): 1}
+
+
+# ------------------------------------------------------------------ errors
+def one_line(err):
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("ddnumba: error: ")
+    return lines[0]
+
+
+def test_errors_exit_2_with_one_line(tmp_path, capsys):
+    inp = tmp_path / "in"
+    out = tmp_path / "out"
+    code, _, err = run_cli(["run", "reachability", "--input", inp, "--output", out],
+                           capsys)
+    assert code == 2 and "--input is not a directory" in one_line(err)
+    os.makedirs(inp / "edges")
+    write(str(inp / "roots" / "part-0.parquet"), node=[1], time=[0])
+    code, _, err = run_cli(["run", "reachability", "--input", inp, "--output", out],
+                           capsys)
+    assert code == 2 and "edges: no Parquet files" in one_line(err)
+    (inp / "edges" / "part-0.parquet").write_bytes(b"garbage")
+    code, _, err = run_cli(["run", "reachability", "--input", inp, "--output", out],
+                           capsys)
+    assert code == 2 and "part-0.parquet: not a readable Parquet file" in one_line(err)
+    write(str(inp / "edges" / "part-0.parquet"), src=[1], dst=[2], time=[5])
+    write(str(inp / "edges" / "part-1.parquet"), src=[1], dst=[2], time=[3])
+    code, _, err = run_cli(["run", "reachability", "--input", inp, "--output", out,
+                            "--no-progress"], capsys)
+    assert code == 2 and "part-1.parquet: column 'time': times go backwards" in one_line(
+        err)
+    code, _, err = run_cli(["run", "reachability", "--input", inp, "--output", out,
+                            "--order", "sort", "--no-progress"], capsys)
+    assert code == 0, err
+    code, _, err = run_cli(["run", "reachability", "--input", inp, "--output", out,
+                            "--order", "sort", "--no-progress"], capsys)
+    assert code == 2 and "pass --overwrite" in one_line(err)
+    code, _, err = run_cli(["run", "reachability", "--input", inp, "--output", out,
+                            "--order", "sort", "--overwrite", "--no-progress"], capsys)
+    assert code == 0, err
+    write(str(inp / "input" / "part-0.parquet"), v=[1], time=[0])
+    code, _, err = run_cli(["run", "count", "--input", inp, "--output", out, "--key",
+                            "nope"], capsys)
+    assert code == 2 and "no column 'nope'" in one_line(err)
+    code, _, err = run_cli(["run", "nosuch.py", "--input", inp, "--output", out], capsys)
+    assert code == 2 and "no such query file" in one_line(err)
+    (tmp_path / "bad.py").write_text("x = 1\n")
+    code, _, err = run_cli(["run", tmp_path / "bad.py", "--input", inp, "--output", out],
+                           capsys)
+    assert code == 2 and "defines no build(df)" in one_line(err)
+    code, _, err = run_cli(["run", "count"], capsys)
+    assert code == 2 and "required" in one_line(err)
+    code, _, err = run_cli(["frobnicate"], capsys)
+    assert code == 2 and "invalid choice" in one_line(err)
+    code, _, err = run_cli(["demo", "--batch", "0"], capsys)
+    assert code == 2 and "--batch must be >= 1" in one_line(err)
+
+
+def test_null_input_names_file_and_column(tmp_path, capsys):
+    inp = tmp_path / "in"
+    write(str(inp / "input" / "part-0.parquet"), w=pa.array(["a", None]), time=[0, 0])
+    code, _, err = run_cli(["run", "count", "--input", inp, "--output", tmp_path / "o",
+                            "--no-progress"], capsys)
+    assert code == 2
+    assert "part-0.parquet: column 'w': 1 null" in one_line(err)
+    assert not os.path.exists(tmp_path / "o" / "count" / "part-00000.parquet")
+
+
+# ------------------------------------------------------------------ the demo
+def test_bfs_reference_matches_networkx():
+    rng = np.random.default_rng(0)
+    for n, m in ((1, 0), (5, 3), (50, 80), (200, 150)):
+        src, dst = rng.integers(0, n, m), rng.integers(0, n, m)
+        roots = rng.choice(n, size=min(3, n), replace=False)
+        r, v = bfs_reachable(src, dst, roots, n)
+        g = nx.DiGraph(list(zip(src.tolist(), dst.tolist())))
+        g.add_nodes_from(roots.tolist())
+        want = {(int(a), b) for a in roots for b in nx.descendants(g, int(a)) | {int(a)}}
+        assert set(zip(r.tolist(), v.tolist())) == want
+
+
+def _console_script():
+    script = os.path.join(os.path.dirname(sys.executable), "ddnumba")
+    return [script] if os.path.exists(script) else [sys.executable, "-m", "ddnumba.cli"]
+
+
+@pytest.mark.spark
+def test_demo_small_matches_and_writes_outputs(tmp_path):
+    pytest.importorskip("pyspark")
+    out = tmp_path / "demo"
+    proc = subprocess.run(
+        _console_script() + ["demo", "--nodes", "150", "--changes", "60", "--batch", "20",
+                             "--roots", "3", "--out", str(out), "--seed", "5"],
+        capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "result: match" in proc.stdout
+    assert "reachability: match" in proc.stdout and "out_degree: match" in proc.stdout
+    for word in ("updates/s", "latency p50", "latency p99", "latency max"):
+        assert word in proc.stdout
+    png = out / "latency_cdf.png"
+    assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for name in ("reachability", "out_degree"):
+        files = [f for f in os.listdir(out / "output" / name) if f.endswith(".parquet")]
+        assert files
+        tbl = pq.read_table(out / "output" / name / files[0])
+        assert {"time", "diff"} <= set(tbl.column_names)
+    assert len([d for d in os.listdir(out / "input" / "edges")
+                if d.startswith("batch=")]) == 4
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["match"] is True and summary["stats"]["changes"] == 60
+    assert summary["stats"]["runs"] == 3
+
+
+def test_run_with_two_time_coordinates(tmp_path, capsys):
+    inp = tmp_path / "in"
+    write(str(inp / "roots" / "part-0.parquet"), node=[0], time_0=[0], time_1=[0])
+    # (0, 0): 0 -> 1; (0, 1): 1 -> 2; (1, 0): 0 -> 3. At (0, 5) node 3 is not reached,
+    # at (1, 0) node 2 is not: the product order keeps the two coordinates apart.
+    write(str(inp / "edges" / "part-0.parquet"), src=[0, 1], dst=[1, 2], time_0=[0, 0],
+          time_1=[0, 1])
+    write(str(inp / "edges" / "part-1.parquet"), src=[0], dst=[3], time_0=[1], time_1=[0])
+    code, _, err = run_cli(["run", "reachability", "--input", inp, "--output",
+                            tmp_path / "out", "--time-dims", "2", "--no-progress"], capsys)
+    assert code == 0, err
+    rows = pq.read_table(tmp_path / "out" / "reachability").to_pylist()
+
+    def at(t0, t1):
+        acc = Counter()
+        for r in rows:
+            if r["time_0"] <= t0 and r["time_1"] <= t1:
+                acc[r["node"]] += r["diff"]
+        return {k for k, v in acc.items() if v}
+
+    assert at(0, 0) == {0, 1}
+    assert at(0, 5) == {0, 1, 2}
+    assert at(1, 0) == {0, 1, 3}
+    assert at(1, 1) == {0, 1, 2, 3}
