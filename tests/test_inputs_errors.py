@@ -1,0 +1,378 @@
+"""Input handles (the formats ``insert``/``remove``/``update`` accept, frontiers,
+``advance_to``/``close``), captured output (``updates``/``at``/``frontier``), probes, and
+the errors a user gets for bad input.
+
+Every error test checks the exception type and that its message names the input (one of
+its column names) or the offending value, so a user can tell what to fix.
+"""
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import ddnumba as dd
+from ddnumba.testing import assert_collection_equal, assert_updates_equal, updates_table
+
+NAMES = ["src_node", "dst_node"]
+
+
+def make(time_dims=1, names=NAMES):
+    df = dd.Dataflow(time_dims=time_dims)
+    inp, coll = df.new_input(list(names))
+    return df, inp, coll
+
+
+def assert_mentions(excinfo, *needles):
+    msg = str(excinfo.value)
+    assert any(n in msg for n in needles), (
+        f"the error message should name the input or the offending value (one of "
+        f"{needles}); it was: {msg!r}")
+
+
+# ------------------------------------------------------------------ accepted formats
+
+
+def test_insert_columns_lists_and_arrays():
+    df, inp, c = make()
+    cap = c.capture()
+    inp.insert([1, 2], np.array([3, 4], dtype=np.int32), time=0)
+    inp.insert(np.array([5]), [6], time=np.array([2]))
+    inp.remove([1], [3], time=1)
+    inp.advance_to(3)
+    df.run()
+    assert_updates_equal(cap, [((1, 3), 0, 1), ((2, 4), 0, 1), ((5, 6), 2, 1),
+                               ((1, 3), 1, -1)])
+    assert cap.updates().column_names == NAMES + ["time", "diff"]
+    assert all(t == pa.int64() for t in cap.updates().schema.types)
+
+
+def test_insert_single_2d_array_and_update_diffs():
+    df, inp, c = make(time_dims=2)
+    cap = c.capture()
+    inp.insert(np.array([[1, 2], [3, 4], [1, 2]]), time=(0, 1))
+    inp.update(np.array([[7, 8]]), time=(1, 0), diff=-5)
+    inp.update([9, 9], [0, 1], time=np.array([[0, 0], [2, 2]]), diff=np.array([3, 4]))
+    inp.update([9], [5], time=(0, 0), diff=0)   # a zero diff changes nothing
+    inp.advance_to((3, 0))
+    df.run()
+    assert_updates_equal(cap, [((1, 2), (0, 1), 2), ((3, 4), (0, 1), 1),
+                               ((7, 8), (1, 0), -5), ((9, 0), (0, 0), 3),
+                               ((9, 1), (2, 2), 4)])
+    assert cap.updates().column_names == NAMES + ["time_0", "time_1", "diff"]
+
+
+def test_insert_arrow_table_with_time_and_diff():
+    df, inp, c = make(time_dims=2)
+    cap = c.capture()
+    ups = [((1, 2), (0, 3), 1), ((1, 2), (1, 0), -1), ((5, 6), (2, 2), 4)]
+    inp.insert(updates_table(ups, NAMES))
+    inp.advance_to((3, 0))
+    df.run()
+    assert_updates_equal(cap, ups)
+
+
+def test_insert_arrow_record_batch_and_table_without_time():
+    df, inp, c = make()
+    cap = c.capture()
+    inp.insert(pa.record_batch({"src_node": [1, 2], "dst_node": [3, 4]}), time=1)
+    inp.insert(pa.table({"src_node": pa.array([5], pa.int32()), "dst_node": [6],
+                         "time": [2], "diff": [3]}))
+    inp.insert(pa.table({"src_node": [7], "dst_node": [8]}), time=np.array([0]))
+    inp.advance_to(3)
+    df.run()
+    assert_updates_equal(cap, [((1, 3), 1, 1), ((2, 4), 1, 1), ((5, 6), 2, 3),
+                               ((7, 8), 0, 1)])
+
+
+def test_insert_arrow_table_columns_matched_by_name():
+    df, inp, c = make()
+    cap = c.capture()
+    inp.insert(pa.table({"dst_node": [30], "time": [0], "src_node": [10], "diff": [2]}))
+    inp.advance_to(1)
+    df.run()
+    assert_updates_equal(cap, [((10, 30), 0, 2)])
+
+
+def test_insert_empty_and_run_without_work():
+    df, inp, c = make()
+    cap = c.map(lambda a, b: (b, a)).capture()
+    inp.insert(np.array([], dtype=np.int64), np.array([], dtype=np.int64), time=0)
+    df.run()
+    df.run()
+    inp.advance_to(1)
+    df.run()
+    assert cap.updates().num_rows == 0
+    assert cap.updates().column_names == NAMES + ["time", "diff"]
+    assert_collection_equal(cap.at(0), {})
+
+
+def test_updates_at_many_times_before_one_run():
+    df, inp, c = make()
+    cap = c.count().capture()
+    n = 500
+    times = np.arange(n)
+    inp.insert(times % 3, times, time=times)
+    inp.advance_to(n)
+    df.run()
+    table = cap.updates()
+    # Each time adds one row to group t % 3: the count moves by one at every time.
+    assert table.num_rows == 2 * n - 3
+    assert_collection_equal(cap.at(n - 1), {(0, 167): 1, (1, 167): 1, (2, 166): 1})
+    assert_collection_equal(cap.at(4), {(0, 2): 1, (1, 2): 1, (2, 1): 1})
+
+
+# ------------------------------------------------------------------------- frontiers
+
+
+def test_frontier_moves_forward_and_empties_on_close():
+    df, inp, c = make(time_dims=2)
+    f0 = np.asarray(inp.frontier)
+    assert f0.dtype == np.int64 and f0.tolist() == [[0, 0]]
+    inp.advance_to((2, 1))
+    assert np.asarray(inp.frontier).tolist() == [[2, 1]]
+    inp.advance_to((2, 1))  # not moving is allowed
+    inp.advance_to((3, 1))
+    assert np.asarray(inp.frontier).tolist() == [[3, 1]]
+    inp.close()
+    assert np.asarray(inp.frontier).shape == (0, 2)
+
+
+def test_captured_at_frontier_and_probe():
+    df, inp, c = make()
+    m = c.map(lambda a, b: (a + b, b))
+    cap = m.capture()
+    probe = m.probe()
+    inp.insert([1, 2], [10, 20], time=[0, 1])
+    inp.advance_to(2)
+    df.run()
+    assert np.asarray(cap.frontier).tolist() == [[2]]
+    assert probe.done(1) and not probe.done(2)
+    assert_collection_equal(cap.at(0), {(11, 10): 1})
+    assert_collection_equal(cap.at(1), {(11, 10): 1, (22, 20): 1})
+    at1 = cap.at(1)
+    assert at1.column_names[-1] == "count" and at1.num_rows == 2
+    with pytest.raises(ValueError):
+        cap.at(2)  # not complete yet
+    inp.close()
+    df.run()
+    assert probe.done(10**9)
+    assert np.asarray(cap.frontier).shape[0] == 0
+    assert_collection_equal(cap.at(7), {(11, 10): 1, (22, 20): 1})
+
+
+def test_captured_at_2d_incomplete_time():
+    df, inp, c = make(time_dims=2)
+    cap = c.capture()
+    inp.insert([1], [2], time=(0, 5))
+    inp.advance_to((1, 0))
+    df.run()
+    assert_collection_equal(cap.at((0, 9)), {(1, 2): 1})
+    with pytest.raises(ValueError):
+        cap.at((1, 0))
+
+
+# ---------------------------------------------------------------------------- errors
+
+
+def test_dataflow_options():
+    with pytest.raises(ValueError):
+        dd.Dataflow(time_dims=0)
+    with pytest.raises(TypeError):
+        dd.Dataflow(1)  # options are keyword-only
+
+
+def test_wrong_column_count():
+    df, inp, c = make()
+    with pytest.raises(ValueError) as e:
+        inp.insert([1], [2], [3], time=0)
+    assert_mentions(e, *NAMES)
+    with pytest.raises(ValueError) as e:
+        inp.insert([1, 2], time=0)
+    assert_mentions(e, *NAMES)
+    with pytest.raises(ValueError) as e:
+        inp.insert(np.zeros((2, 3), dtype=np.int64), time=0)
+    assert_mentions(e, *NAMES)
+
+
+def test_columns_of_different_lengths():
+    df, inp, c = make()
+    with pytest.raises(ValueError) as e:
+        inp.insert([1, 2, 3], [4, 5], time=0)
+    assert_mentions(e, *NAMES, "3", "2")
+
+
+def test_wrong_column_names_in_table():
+    df, inp, c = make()
+    with pytest.raises(ValueError) as e:
+        inp.insert(pa.table({"src_node": [1], "target": [2]}), time=0)
+    assert_mentions(e, "dst_node", "target")
+
+
+def test_non_integer_data():
+    df, inp, c = make()
+    with pytest.raises((TypeError, ValueError)) as e:
+        inp.insert([1.5, 2.0], [3, 4], time=0)
+    assert_mentions(e, "src_node", "1.5")
+    with pytest.raises((TypeError, ValueError)) as e:
+        inp.insert([1], np.array(["abc"]), time=0)
+    assert_mentions(e, "dst_node", "abc", "str", "<U")
+    with pytest.raises((TypeError, ValueError)) as e:
+        inp.update([1], [2], time=0, diff=[0.5])
+    assert_mentions(e, "diff", "0.5", *NAMES)
+
+
+def test_time_with_wrong_dimensions():
+    df, inp, c = make(time_dims=2)
+    with pytest.raises(ValueError) as e:
+        inp.insert([1], [2], time=3)
+    assert_mentions(e, *NAMES, "time_dims", "dimension")
+    with pytest.raises(ValueError) as e:
+        inp.insert([1], [2], time=(1, 2, 3))
+    assert_mentions(e, *NAMES, "(1, 2, 3)", "[1 2 3]", "[1, 2, 3]")
+    with pytest.raises(ValueError) as e:
+        inp.insert([1, 2], [3, 4], time=np.zeros((2, 3), dtype=np.int64))
+    assert_mentions(e, *NAMES, "time_dims", "dimension", "3")
+    df1, inp1, c1 = make(time_dims=1)
+    with pytest.raises(ValueError) as e:
+        inp1.insert([1], [2], time=(4, 5))
+    assert_mentions(e, *NAMES, "(4, 5)", "[4 5]", "[4, 5]")
+    with pytest.raises(ValueError) as e:
+        inp1.advance_to((1, 1))
+    assert_mentions(e, *NAMES, "(1, 1)", "[1 1]", "[1, 1]")
+
+
+def test_time_not_beyond_frontier():
+    df, inp, c = make()
+    inp.advance_to(1000)
+    with pytest.raises(ValueError) as e:
+        inp.insert([1], [2], time=999)
+    assert_mentions(e, *NAMES, "999")
+    with pytest.raises(ValueError) as e:
+        inp.insert([1, 1], [2, 2], time=np.array([1000, 998]))
+    assert_mentions(e, *NAMES, "998")
+    inp.insert([1], [2], time=1000)  # at the frontier is fine
+
+
+def test_negative_time():
+    df, inp, c = make()
+    with pytest.raises(ValueError) as e:
+        inp.insert([1], [2], time=-4)
+    assert_mentions(e, *NAMES, "-4")
+
+
+def test_time_not_beyond_frontier_2d():
+    df, inp, c = make(time_dims=2)
+    inp.advance_to((5, 3))
+    with pytest.raises(ValueError) as e:
+        inp.insert([1], [2], time=(4, 9))
+    assert_mentions(e, *NAMES, "(4, 9)", "[4 9]", "[4, 9]")
+    with pytest.raises(ValueError) as e:
+        inp.insert([1], [2], time=(9, 2))
+    assert_mentions(e, *NAMES, "(9, 2)", "[9 2]", "[9, 2]")
+    inp.insert([1], [2], time=(5, 3))
+    inp.insert([1], [2], time=(7, 4))
+
+
+def test_advance_to_backwards():
+    df, inp, c = make()
+    inp.advance_to(50)
+    with pytest.raises(ValueError) as e:
+        inp.advance_to(49)
+    assert_mentions(e, *NAMES, "49")
+    df2, inp2, c2 = make(time_dims=2)
+    inp2.advance_to((2, 0))
+    with pytest.raises(ValueError) as e:
+        inp2.advance_to((1, 7))
+    assert_mentions(e, *NAMES, "(1, 7)", "[1 7]", "[1, 7]")
+    with pytest.raises(ValueError):
+        inp2.advance_to((0, 2))  # incomparable with (2, 0): not forward either
+    assert np.asarray(inp2.frontier).tolist() == [[2, 0]]
+
+
+def test_closed_input():
+    df, inp, c = make()
+    inp.close()
+    for call in (lambda: inp.insert([1], [2], time=5),
+                 lambda: inp.remove([1], [2], time=5),
+                 lambda: inp.update([1], [2], time=5, diff=3),
+                 lambda: inp.advance_to(6)):
+        with pytest.raises((RuntimeError, ValueError)) as e:
+            call()
+        assert_mentions(e, *NAMES, "closed")
+
+
+# -------------------------------------------------------------------------- overflow
+
+
+def test_diff_overflow_when_consolidating():
+    df, inp, c = make()
+    cap = c.consolidate().capture()
+    with pytest.raises(OverflowError):
+        inp.update([1, 1], [2, 2], time=0, diff=[2**62, 2**62])
+        inp.advance_to(1)
+        df.run()
+        cap.updates()
+
+
+def test_diff_overflow_near_minimum():
+    df, inp, c = make()
+    cap = c.capture()
+    lo = -(2**63)
+    with pytest.raises(OverflowError):
+        inp.update([1, 1], [2, 2], time=0, diff=np.array([lo, -1]))
+        inp.advance_to(1)
+        df.run()
+        cap.updates()
+
+
+def test_negate_overflow():
+    df, inp, c = make()
+    cap = c.negate().capture()
+    with pytest.raises(OverflowError):
+        inp.update([1], [2], time=0, diff=np.array([-(2**63)]))
+        inp.advance_to(1)
+        df.run()
+        cap.updates()
+
+
+def test_join_product_overflow():
+    df, inp, c = make()
+    cap = c.join(c).capture()
+    with pytest.raises(OverflowError):
+        inp.update([1], [2], time=0, diff=2**32)
+        inp.advance_to(1)
+        df.run()
+        cap.updates()
+
+
+def test_count_overflow():
+    df, inp, c = make()
+    cap = c.count().capture()
+    with pytest.raises(OverflowError):
+        inp.update([1, 1], [2, 3], time=0, diff=[2**62, 2**62])
+        inp.advance_to(1)
+        df.run()
+        cap.updates()
+
+
+def test_sum_overflow():
+    df, inp, c = make()
+    cap = c.sum("dst_node").capture()
+    with pytest.raises(OverflowError):
+        inp.update([1], [2**40], time=0, diff=2**30)
+        inp.advance_to(1)
+        df.run()
+        cap.updates()
+
+
+def test_accumulation_overflow_in_at():
+    """Two in-range diffs at different times whose sum at the later time overflows."""
+    df, inp, c = make()
+    cap = c.capture()
+    # The engine may raise as soon as it sums the two (e.g. when compacting), or only
+    # when asked for the accumulation; it must never hand back a wrapped count.
+    with pytest.raises(OverflowError):
+        inp.update([1, 1], [2, 2], time=[0, 1], diff=[2**62, 2**62])
+        inp.advance_to(2)
+        df.run()
+        cap.updates()
+        cap.at(1)
