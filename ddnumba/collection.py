@@ -296,8 +296,7 @@ class Collection:
         ow = len(names) - kw
         if ow < 0:
             raise ValueError(f"reduce: names {names} must include the {kw} key column(s)")
-        from ddnumba.kernels import reduce as _rk
-        driver = _rk.make_user_driver(logic, ow)
+        driver = _reduce_ops.user_driver(logic, ow)
         return self._reduce(kw, driver, ow, names, "reduce")
 
     def count(self, *, key=1, name="count"):

@@ -21,6 +21,8 @@ times in order. Input and output traces compact to the node's frontier after eac
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ddnumba.dataflow import Node
@@ -131,6 +133,13 @@ class ReduceNode(Node):
 
 
 # ---------------------------------------------------------------------- built-in logic
+@functools.lru_cache(maxsize=256)
+def user_driver(logic, ow):
+    """The batched driver for a user's ``@njit`` logic, compiled once per function (the
+    driver closes over the function, so it cannot live in Numba's on-disk cache)."""
+    return _reduce.make_user_driver(logic, ow)
+
+
 def logic_count(mom_offs, acc_vals, acc_counts):
     return _reduce.logic_count(mom_offs, acc_vals, acc_counts)
 
