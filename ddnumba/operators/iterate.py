@@ -119,7 +119,15 @@ class LoopScope(Scope):
         """Run rounds until no work remains that is not in the future of ``P``."""
         self.Q = Q
         k = self.next_round(P, 0)
+        warned = False
         while k is not None:
+            if self.max_iterations is None and k >= 10_000 and not warned:
+                # Without a limit a divergent loop would spin silently: say so once.
+                import warnings
+                warnings.warn(f"loop {self.name!r} is at iteration {k} and still changing; "
+                              f"pass max_iterations= to stop a loop that does not "
+                              f"converge", RuntimeWarning, stacklevel=2)
+                warned = True
             if self.max_iterations is not None and k >= self.max_iterations:
                 raise IterationLimitError(
                     f"loop {self.name!r} did not converge within max_iterations="
