@@ -296,11 +296,12 @@ def _plain_run(ak, ako, av, avo, at, ad, bk, bko, bv, bvo, bt, bd, ok, oko, ov, 
             c = -1
         else:
             c = 1
-        _copy_row(ak if c <= 0 else bk, ia if c <= 0 else ib, ok, nk)
         if c < 0:
+            _copy_row(ak, ia, ok, nk)
             nv, nu = _copy_vals(av, avo, at, ad, ako[ia], ako[ia + 1], ov, ovo, ot, od, nv, nu)
             ia += 1
         elif c > 0:
+            _copy_row(bk, ib, ok, nk)
             nv, nu = _copy_vals(bv, bvo, bt, bd, bko[ib], bko[ib + 1], ov, ovo, ot, od, nv, nu)
             ib += 1
         else:
@@ -338,11 +339,12 @@ def _compact_run(ak, ako, av, avo, at, ad, bk, bko, bv, bvo, bt, bd, frontier,
             c = 1
         v_start = nv
         u_start = nu
-        _copy_row(ak if c <= 0 else bk, ia if c <= 0 else ib, ok, nk)
         if c < 0:
+            _copy_row(ak, ia, ok, nk)
             nv, nu = _copy_vals(av, avo, at, ad, ako[ia], ako[ia + 1], ov, ovo, ot, od, nv, nu)
             ia += 1
         elif c > 0:
+            _copy_row(bk, ib, ok, nk)
             nv, nu = _copy_vals(bv, bvo, bt, bd, bko[ib], bko[ib + 1], ov, ovo, ot, od, nv, nu)
             ib += 1
         else:
@@ -445,7 +447,9 @@ def _merge_step(ak, ako, av, avo, at, ad, bk, bko, bv, bvo, bt, bd, frontier,
 def _check_out(out, a, b, frontier, caps, widths):
     """Validate caller-provided output buffers: int64, C-contiguous, large enough, disjoint."""
     if len(out) != 6:
-        raise ValueError("out must be a Trie of six buffers (keys, key_offs, vals, val_offs, times, diffs)")
+        raise ValueError(
+            "out must be a Trie of six buffers (keys, key_offs, vals, val_offs, times, diffs)"
+        )
     nk, nv, nu = caps
     kw, vw, d = widths
     need = [((nk, kw), "keys"), ((nk + 1,), "key_offs"), ((nv, vw), "vals"),

@@ -239,10 +239,26 @@ def test_fuelled_steps_equal_one_shot(case, use_frontier, fuels):
     state = MergeState.begin(ta, tb, fr)
     total = ta.n_updates + tb.n_updates
     done = total == 0
+
+    def consumed():
+        ia, ib = int(state._pos[0]), int(state._pos[1])
+        return int(ta.val_offs[ta.key_offs[ia]] + tb.val_offs[tb.key_offs[ib]])
+
+    # the most one key can add beyond the fuel: its updates in both inputs
+    sizes = {}
+    for t in (ta, tb):
+        per_key = t.val_offs[t.key_offs[1:]] - t.val_offs[t.key_offs[:-1]]
+        for key, n in zip(map(tuple, t.keys.tolist()), per_key.tolist()):
+            sizes[key] = sizes.get(key, 0) + int(n)
+    biggest = max(sizes.values(), default=0)
     for fuel in fuels:
         if done:
             break
+        before = consumed()
         done = state.step(fuel)
+        used = consumed() - before
+        assert done or used >= fuel
+        assert used < fuel + biggest or (fuel == 0 and used == 0)
     assert state.done == done
     assert_trie_equal(state.finish(), one_shot)
     assert state.finish() is state.finish()
@@ -259,6 +275,14 @@ def test_step_consumes_whole_keys_and_at_least_fuel():
     assert state._pos[0] == 3
     assert state.step(100)
     assert trie_to_dict(state.finish()) == coll
+    # keys present in both inputs count the updates of both
+    state = MergeState.begin(ta, ta)
+    assert not state.step(1)
+    assert state._pos[0] == 1 and state._pos[1] == 1
+    assert not state.step(13)  # 12 per shared key
+    assert state._pos[0] == 3 and state._pos[1] == 3
+    assert state.step(24)
+    assert trie_to_dict(state.finish()) == {k: 2 * x for k, x in coll.items()}
 
 
 @FAST
