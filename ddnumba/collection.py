@@ -280,9 +280,9 @@ class Collection:
         return self.concat(self.semijoin(other, key=key).negate())
 
     # -- reduce family ----------------------------------------------------------------
-    def _reduce(self, kw, logic, ow, names, op):
+    def _reduce(self, kw, logic, ow, names, op, fast=None):
         arr = ArrangeNode(self.scope, self._node, kw, self.names)
-        node = ReduceNode(self.scope, arr, logic, ow, names, name=op)
+        node = ReduceNode(self.scope, arr, logic, ow, names, name=op, fast=fast)
         return self._new(node, names)
 
     def reduce(self, logic, *, key=1, names):
@@ -303,14 +303,15 @@ class Collection:
         """``(key..., count)``: the sum of the counts of each key's rows."""
         kw = _key_width(key, self.names, "count")
         return self._reduce(kw, _reduce_ops.logic_count, 1, self.names[:kw] + [name],
-                            "count")
+                            "count", fast=("count", 0))
 
     def sum(self, col, *, key=1, name=None):
         """``(key..., sum)`` of ``col * count`` over each key's rows."""
         kw = _key_width(key, self.names, "sum")
         c = self._value_col(col, kw, "sum")
         return self._reduce(kw, _reduce_ops.logic_sum(c), 1,
-                            self.names[:kw] + [name or f"sum_{self.names[kw + c]}"], "sum")
+                            self.names[:kw] + [name or f"sum_{self.names[kw + c]}"], "sum",
+                            fast=("sum", c))
 
     def min(self, col=None, *, key=1, name=None):
         """``(key..., min)`` of ``col`` over rows with positive count."""

@@ -100,7 +100,8 @@ def key_ranges(sorted_rows, queries, *, check_sorted=False) -> tuple:
     queries = _as_int64(queries, "queries", 2)
     if rows.shape[1] != queries.shape[1]:
         raise ValueError(
-            f"key_ranges: sorted_rows has {rows.shape[1]} columns but queries has {queries.shape[1]}"
+            f"key_ranges: sorted_rows has {rows.shape[1]} columns but queries has "
+            f"{queries.shape[1]}"
         )
     bad = _rows_unsorted_at(queries, False)
     if bad >= 0:
@@ -188,7 +189,8 @@ def gather_keys(trie, queries) -> tuple:
     queries = _as_int64(queries, "queries", 2)
     if queries.shape[1] != t.keys.shape[1]:
         raise ValueError(
-            f"gather_keys: queries have {queries.shape[1]} columns but the trie's keys {t.keys.shape[1]}"
+            f"gather_keys: queries have {queries.shape[1]} columns but the trie's keys "
+            f"{t.keys.shape[1]}"
         )
     bad = _rows_unsorted_at(queries, False)
     if bad >= 0:

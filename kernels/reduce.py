@@ -332,6 +332,72 @@ def _upper(upper, d):
 
 
 @njit(cache=True, nogil=True)
+def _interesting_times_1d(seed_offs, seed_times, hist_offs, hist_times, upper):
+    """The closure for totally ordered (1-D) times: ``max(s, a)`` is ``a`` when
+    ``a > s``, so T = seeds ∪ {history times > min seed}; no pairwise joins needed."""
+    K = seed_offs.shape[0] - 1
+    has_upper = upper.shape[0] > 0
+    # The frontier of a total order is its least element.
+    ub = upper[0, 0] if has_upper else 0
+    for i in range(1, upper.shape[0]):
+        if upper[i, 0] < ub:
+            ub = upper[i, 0]
+    total = seed_times.shape[0] + hist_times.shape[0]
+    due_out = np.empty((total, 1), np.int64)
+    pend_out = np.empty((total, 1), np.int64)
+    due_offs = np.zeros(K + 1, np.int64)
+    pend_offs = np.zeros(K + 1, np.int64)
+    scratch = np.empty(16, np.int64)
+    sorder = np.empty(16, np.int64)
+    n_due = 0
+    n_pend = 0
+    bad_seed = -1
+    for k in range(K):
+        s0 = seed_offs[k]
+        s1 = seed_offs[k + 1]
+        if s0 < s1:
+            lo = seed_times[s0, 0]
+            for s in range(s0, s1):
+                t = seed_times[s, 0]
+                if t < lo:
+                    lo = t
+                if bad_seed < 0 and has_upper and t >= ub:
+                    bad_seed = s
+            h0 = hist_offs[k]
+            h1 = hist_offs[k + 1]
+            need = (s1 - s0) + (h1 - h0)
+            if scratch.shape[0] < need:
+                scratch = np.empty(2 * need, np.int64)
+                sorder = np.empty(2 * need, np.int64)
+            m = 0
+            for s in range(s0, s1):
+                scratch[m] = seed_times[s, 0]
+                m += 1
+            for h in range(h0, h1):
+                if hist_times[h, 0] > lo:
+                    scratch[m] = hist_times[h, 0]
+                    m += 1
+            if sorder.shape[0] < m:
+                sorder = np.empty(2 * m, np.int64)
+            _argsort_small(scratch, m, sorder)
+            prev = 0
+            for i in range(m):
+                t = scratch[sorder[i]]
+                if i > 0 and t == prev:
+                    continue
+                prev = t
+                if has_upper and t >= ub:
+                    pend_out[n_pend, 0] = t
+                    n_pend += 1
+                else:
+                    due_out[n_due, 0] = t
+                    n_due += 1
+        due_offs[k + 1] = n_due
+        pend_offs[k + 1] = n_pend
+    return due_offs, due_out, n_due, pend_offs, pend_out, n_pend, bad_seed
+
+
+@njit(cache=True, nogil=True)
 def _interesting_times(seed_offs, seed_times, hist_offs, hist_times, upper):
     K = seed_offs.shape[0] - 1
     d = seed_times.shape[1]
@@ -477,7 +543,8 @@ def interesting_times(seed_offs, seed_times, hist_offs, hist_times, upper, *, ch
     if check:
         _check_offs(hist_offs, "hist_offs", hist_times.shape[0], "hist_times", K)
     upper = _upper(upper, d)
-    due_offs, due, nd, pend_offs, pend, npd, bad = _interesting_times(
+    kernel = _interesting_times_1d if d == 1 else _interesting_times
+    due_offs, due, nd, pend_offs, pend, npd, bad = kernel(
         seed_offs, seed_times, hist_offs, hist_times, upper
     )
     if bad >= 0:
@@ -1204,3 +1271,210 @@ def make_user_driver(logic, out_width):
     driver.out_width = ow
     driver.__doc__ = f"Batched driver for user reduce logic {getattr(logic, '__name__', logic)!r}."
     return driver
+
+
+# ---------------------------------------------------------------------------------------
+# 6. Totally ordered times: count and sum without materialising moments.
+# ---------------------------------------------------------------------------------------
+
+
+@njit(cache=True, nogil=True)
+def _argsort_small(keys, n, out):
+    """Stable argsort of ``keys[:n]`` into ``out[:n]``: insertion sort for short runs
+    (no allocation), a merge sort otherwise."""
+    if n > 32:
+        perm = np.argsort(keys[:n], kind="mergesort")
+        for i in range(n):
+            out[i] = perm[i]
+        return
+    for i in range(n):
+        out[i] = i
+    for i in range(1, n):
+        j = i
+        x = out[i]
+        while j > 0 and keys[out[j - 1]] > keys[x]:
+            out[j] = out[j - 1]
+            j -= 1
+        out[j] = x
+
+
+@njit(cache=True, nogil=True)
+def _count_sum_1d(due_offs, due_times, upd_offs, upd_vals, upd_times, upd_diffs,
+                  out_offs, out_vals, out_diffs, col, is_sum):
+    K = due_offs.shape[0] - 1
+    cap = max(16, 2 * due_times.shape[0])
+    r_key = np.empty(cap, np.int64)
+    r_val = np.empty(cap, np.int64)
+    r_time = np.empty(cap, np.int64)
+    r_diff = np.empty(cap, np.int64)
+    n = 0
+    acc = np.empty(16, np.int64)
+    run = np.empty(16, np.int64)
+    order = np.empty(16, np.int64)
+    tkeys = np.empty(16, np.int64)
+    eperm = np.empty(16, np.int64)
+    ev = np.empty(16, np.int64)
+    et = np.empty(16, np.int64)
+    ed = np.empty(16, np.int64)
+    status = 0  # 0 ok, 1 overflow, 2 not applicable (caller uses the general path)
+    for k in range(K):
+        t0 = due_offs[k]
+        t1 = due_offs[k + 1]
+        if t0 == t1:
+            continue
+        # The current output: at most one row with count 1 (a correct count/sum output).
+        has = False
+        cur = 0
+        o0 = out_offs[k]
+        o1 = out_offs[k + 1]
+        i = o0
+        while i < o1:
+            j = i
+            s = 0
+            while j < o1 and out_vals[j, 0] == out_vals[i, 0]:
+                s += out_diffs[j]
+                j += 1
+            if s == 1 and not has:
+                has = True
+                cur = out_vals[i, 0]
+            elif s != 0:
+                status = 2
+            i = j
+        if status == 2:
+            return r_key, r_val, r_time, r_diff, 0, status
+        u0 = upd_offs[k]
+        u1 = upd_offs[k + 1]
+        m = u1 - u0
+        if acc.shape[0] < m:
+            acc = np.empty(2 * m, np.int64)
+            run = np.empty(2 * m, np.int64)
+            order = np.empty(2 * m, np.int64)
+            tkeys = np.empty(2 * m, np.int64)
+        # Updates are sorted by (val, time): number the val runs, then walk in time order.
+        r = -1
+        for p in range(u0, u1):
+            if p == u0 or upd_vals[p, 0] != upd_vals[p - 1, 0] or not _same_row(upd_vals, p, p - 1):
+                r += 1
+                acc[r] = 0
+            run[p - u0] = r
+        for p in range(m):
+            tkeys[p] = upd_times[u0 + p, 0]
+        _argsort_small(tkeys, m, order)
+        nonzero = 0
+        total = 0
+        q = 0
+        key_start = n
+        for t in range(t0, t1):
+            tt = due_times[t, 0]
+            while q < m and upd_times[u0 + order[q], 0] <= tt:
+                p = u0 + order[q]
+                rr = run[p - u0]
+                old = acc[rr]
+                new, o = add_checked(old, upd_diffs[p])
+                if o:
+                    status = 1
+                acc[rr] = new
+                if old == 0 and new != 0:
+                    nonzero += 1
+                elif old != 0 and new == 0:
+                    nonzero -= 1
+                if is_sum:
+                    c, o = mul_checked(upd_vals[p, col], upd_diffs[p])
+                    if o:
+                        status = 1
+                else:
+                    c = upd_diffs[p]
+                total, o = add_checked(total, c)
+                if o:
+                    status = 1
+                q += 1
+            want_has = nonzero > 0
+            if want_has != has or (has and total != cur):
+                if n + 2 > r_key.shape[0]:
+                    r_key = _grow_vec(r_key, n, n + 2)
+                    r_val = _grow_vec(r_val, n, n + 2)
+                    r_time = _grow_vec(r_time, n, n + 2)
+                    r_diff = _grow_vec(r_diff, n, n + 2)
+                if has:
+                    r_key[n] = k
+                    r_val[n] = cur
+                    r_time[n] = tt
+                    r_diff[n] = -1
+                    n += 1
+                if want_has:
+                    r_key[n] = k
+                    r_val[n] = total
+                    r_time[n] = tt
+                    r_diff[n] = 1
+                    n += 1
+                has = want_has
+                cur = total
+        # This key's corrections were emitted in time order; put them in (val, time)
+        # order (a stable sort by val) and cancel equal (val, time) pairs, so the
+        # output needs no global consolidation.
+        e = n - key_start
+        if e > 1:
+            if ev.shape[0] < e:
+                eperm = np.empty(2 * e, np.int64)
+                ev = np.empty(2 * e, np.int64)
+                et = np.empty(2 * e, np.int64)
+                ed = np.empty(2 * e, np.int64)
+            for i in range(e):
+                ev[i] = r_val[key_start + i]
+            _argsort_small(ev, e, eperm)
+            vs = ev
+            ts = et
+            ds = ed
+            for i in range(e):
+                et[i] = r_time[key_start + eperm[i]]
+                ed[i] = r_diff[key_start + eperm[i]]
+            for i in range(e):
+                eperm[i] = ev[eperm[i]]
+            for i in range(e):
+                ev[i] = eperm[i]
+            w = key_start
+            for i in range(e):
+                if w > key_start and r_val[w - 1] == vs[i] and r_time[w - 1] == ts[i]:
+                    r_diff[w - 1] += ds[i]
+                    if r_diff[w - 1] == 0:
+                        w -= 1
+                else:
+                    r_key[w] = k
+                    r_val[w] = vs[i]
+                    r_time[w] = ts[i]
+                    r_diff[w] = ds[i]
+                    w += 1
+            n = w
+    return r_key, r_val, r_time, r_diff, n, status
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _same_row(a, i, j):
+    for c in range(a.shape[1]):
+        if a[i, c] != a[j, c]:
+            return False
+    return True
+
+
+def count_sum_1d(due_offs, due_times, upd_offs, upd_vals, upd_times, upd_diffs,
+                 out_offs, out_vals, out_diffs, *, col=0, is_sum=False):
+    """Corrections of ``count`` (or ``sum(col)``) for one time coordinate, directly.
+
+    Same contract as ``accumulate`` + ``logic_count``/``logic_sum`` + ``corrections``
+    with ``d == 1``, but walks each key's updates once in time order, keeping the number
+    of non-zero rows and the running total, and emits ``-old/+new`` only where the
+    output changes. Returns ``None`` when the old output is not a single row per key
+    (then the general path must be used); otherwise ``(key, vals[c, 1], times[c, 1],
+    diffs)`` sorted by (key, val, time) and consolidated. Inputs are trusted (sorted,
+    consolidated, as the reduce operator passes them).
+    """
+    if upd_vals.shape[1] == 0:
+        upd_vals = np.zeros((upd_vals.shape[0], 1), np.int64)
+    key, val, time, diff, n, status = _count_sum_1d(
+        due_offs, due_times, upd_offs, upd_vals, upd_times, upd_diffs,
+        out_offs, out_vals, out_diffs, int(col), bool(is_sum))
+    if status == 1:
+        raise OverflowError("count/sum: a result overflows int64")
+    if status == 2:
+        return None
+    return key[:n], val[:n].reshape(-1, 1), time[:n].reshape(-1, 1), diff[:n]

@@ -314,7 +314,9 @@ def _normalise_trie(trie, name):
     ``check_trie`` checks the ordering invariants.
     """
     if len(trie) != 6:
-        raise ValueError(f"{name} must have 6 fields (keys, key_offs, vals, val_offs, times, diffs)")
+        raise ValueError(
+            f"{name} must have 6 fields (keys, key_offs, vals, val_offs, times, diffs)"
+        )
     keys = _as_int64(trie[0], f"{name}.keys", 2)
     key_offs = _as_int64(trie[1], f"{name}.key_offs", 1)
     vals = _as_int64(trie[2], f"{name}.vals", 2)
@@ -323,9 +325,13 @@ def _normalise_trie(trie, name):
     diffs = _as_int64(trie[5], f"{name}.diffs", 1)
     nk, nv, nu = keys.shape[0], vals.shape[0], diffs.shape[0]
     if key_offs.shape[0] != nk + 1:
-        raise ValueError(f"{name}.key_offs has length {key_offs.shape[0]}, expected nk + 1 = {nk + 1}")
+        raise ValueError(
+            f"{name}.key_offs has length {key_offs.shape[0]}, expected nk + 1 = {nk + 1}"
+        )
     if val_offs.shape[0] != nv + 1:
-        raise ValueError(f"{name}.val_offs has length {val_offs.shape[0]}, expected nv + 1 = {nv + 1}")
+        raise ValueError(
+            f"{name}.val_offs has length {val_offs.shape[0]}, expected nv + 1 = {nv + 1}"
+        )
     if times.shape[0] != nu:
         raise ValueError(f"{name}.times has {times.shape[0]} rows but diffs has {nu}")
     if times.shape[1] < 1:

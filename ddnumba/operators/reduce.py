@@ -29,8 +29,8 @@ from ddnumba.dataflow import Node
 from ddnumba.kernels import consolidate as _consolidate
 from ddnumba.kernels import lattice as _lattice
 from ddnumba.kernels import reduce as _reduce
-from ddnumba.operators.arrange import (batches_to_flat, offsets_for, take_batches,
-                                       unique_rows)
+from ddnumba.operators.arrange import (batches_to_flat, group_by_key, offsets_for,
+                                       take_batches, unique_rows)
 from ddnumba.trace import Batch, Spine
 from ddnumba.updates import Updates
 
@@ -47,7 +47,10 @@ class ReduceNode(Node):
 
     kind = "reduce"
 
-    def __init__(self, scope, arranged, logic, ow, names, *, name=None):
+    def __init__(self, scope, arranged, logic, ow, names, *, name=None, fast=None):
+        # ``fast = ("count" | "sum", col)``: with one time coordinate, count and sum are
+        # computed by walking each key's updates once (kernels.reduce.count_sum_1d).
+        self.fast = fast
         self.arranged = arranged
         self.kw = arranged.kw
         self.ow = ow
@@ -81,22 +84,29 @@ class ReduceNode(Node):
                 seed_times.append(self.pend_times[due])
                 self.pend_keys = np.ascontiguousarray(self.pend_keys[~due])
                 self.pend_times = np.ascontiguousarray(self.pend_times[~due])
-        sk = np.ascontiguousarray(np.concatenate(seed_keys))
-        st = np.ascontiguousarray(np.concatenate(seed_times))
+        grouped = len(seed_keys) == 1
+        sk = np.ascontiguousarray(seed_keys[0] if grouped else np.concatenate(seed_keys))
+        st = np.ascontiguousarray(seed_times[0] if grouped else np.concatenate(seed_times))
         if len(st):
-            self._process(sk, st, frontier)
+            self._process(sk, st, frontier, grouped=grouped)
         self.in_handle.set_frontier(frontier)
         self.out_handle.set_frontier(frontier)
 
-    def _process(self, sk, st, frontier):
+    def _process(self, sk, st, frontier, grouped=False):
         kw, d = self.kw, self.dims
-        # Seeds: distinct (key, time), grouped by key.
-        seeds, _ = _consolidate.consolidate_data(
-            np.ascontiguousarray(np.concatenate([sk, st], axis=1)),
-            np.ones(len(st), _I64))
-        keys = unique_rows(np.ascontiguousarray(seeds[:, :kw]))
-        seed_offs = offsets_for(np.ascontiguousarray(seeds[:, :kw]), keys)
-        seed_times = np.ascontiguousarray(seeds[:, kw:])
+        if grouped:
+            # Seeds straight from one sorted batch: already grouped by key. The kernels
+            # accept unsorted, repeated seed times within a key.
+            keys, seed_offs = group_by_key(sk, kw)
+            seed_times = st
+        else:
+            # Seeds: distinct (key, time), grouped by key.
+            seeds, _ = _consolidate.consolidate_data(
+                np.ascontiguousarray(np.concatenate([sk, st], axis=1)),
+                np.ones(len(st), _I64))
+            keys = unique_rows(np.ascontiguousarray(seeds[:, :kw]))
+            seed_offs = offsets_for(np.ascontiguousarray(seeds[:, :kw]), keys)
+            seed_times = np.ascontiguousarray(seeds[:, kw:])
 
         hist = self.arranged.spine.gather(keys)        # old input + the new batch
         due_offs, due_times, pend_offs, pend_times = _reduce.interesting_times(
@@ -109,10 +119,28 @@ class ReduceNode(Node):
             self._dedup_pending()
         if not len(due_times):
             return
+        old = self.out.gather(keys)
+        corr = None
+        if self.fast is not None and d == 1:
+            kind, col = self.fast
+            corr = _reduce.count_sum_1d(due_offs, due_times, hist.offs, hist.vals,
+                                        hist.times, hist.diffs, old.offs, old.vals,
+                                        old.diffs, col=col, is_sum=(kind == "sum"))
+            if corr is not None:
+                ck, cv, ct, cd = corr
+                if len(cd):
+                    data = np.empty((len(cd), kw + 1), _I64)
+                    data[:, :kw] = keys[ck]
+                    data[:, kw:] = cv
+                    u = Updates(data, ct, cd)   # sorted and consolidated by the kernel
+                    if len(u):
+                        self.out.insert(Batch.from_updates(u.data, u.times, u.diffs,
+                                                           kw=kw, consolidated=True))
+                        self.emit(u)
+                return
         mom_offs, acc_vals, acc_counts = _reduce.accumulate(
             due_offs, due_times, hist.offs, hist.vals, hist.times, hist.diffs, check=False)
         want_offs, want_vals, want_counts = self.logic(mom_offs, acc_vals, acc_counts)
-        old = self.out.gather(keys)
         ck, cv, ct, cd = _reduce.corrections(
             due_offs, due_times, want_offs, want_vals, want_counts,
             old.offs, old.vals, old.times, old.diffs, check=False)

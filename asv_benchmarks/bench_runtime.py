@@ -1,0 +1,80 @@
+"""Runtime suites: per-record times at batch throughput.
+
+100,000 updates carrying 100,000 distinct times go through ``count`` and through ``join``
+in one ``run()``; the same updates at a single time are the baseline. The design target
+is a ratio of at most 2 (``track_*_ratio``): every distinct time of a batch is handled in
+one kernel pass, never one pass per time.
+"""
+import numpy as np
+
+import ddnumba as dd
+
+from .common import median_seconds
+
+N = 100_000
+
+
+def _updates(n=N, keys=10_000, seed=1):
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, keys, n), rng.integers(0, 1_000_000, n)
+
+
+def _count_once(times, n=N):
+    k, v = _updates(n)
+    df = dd.Dataflow()
+    inp, c = df.new_input(["k", "v"])
+    c.count().probe()
+    inp.insert(k, v, time=times)
+    inp.advance_to(N)
+    df.run()
+
+
+def _join_once(times, n=N):
+    k, v = _updates(n)
+    k2, v2 = _updates(n, seed=2)
+    df = dd.Dataflow()
+    a_in, a = df.new_input(["k", "v"])
+    b_in, b = df.new_input(["k", "w"])
+    a.join(b).probe()
+    a_in.insert(k, v, time=times)
+    b_in.insert(k2, v2, time=times)
+    a_in.advance_to(N)
+    b_in.advance_to(N)
+    df.run()
+
+
+def _times(kind):
+    return np.arange(N) if kind == "distinct" else 0
+
+
+class DistinctTimes:
+    params = [["single", "distinct"]]
+    param_names = ["times"]
+    timeout = 600
+
+    def setup(self, kind):
+        _count_once(np.arange(100) if kind == "distinct" else 0, 100)   # JIT warm-up
+
+    def time_count(self, kind):
+        _count_once(_times(kind))
+
+    def time_join(self, kind):
+        _join_once(_times(kind))
+
+
+class DistinctTimesRatio:
+    """Distinct-times time / single-time time, measured in one process."""
+
+    timeout = 900
+
+    def setup(self):
+        _count_once(np.arange(100), 100)
+        _join_once(np.arange(100), 100)
+
+    def track_count_ratio(self):
+        return (median_seconds(lambda: _count_once(_times("distinct")), repeat=3)
+                / median_seconds(lambda: _count_once(0), repeat=3))
+
+    def track_join_ratio(self):
+        return (median_seconds(lambda: _join_once(_times("distinct")), repeat=3)
+                / median_seconds(lambda: _join_once(0), repeat=3))
