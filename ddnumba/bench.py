@@ -12,6 +12,7 @@ for comparison.
 from __future__ import annotations
 
 import argparse
+import gc
 import time
 
 import numpy as np
@@ -147,6 +148,10 @@ def run_reach(n, batch, changes, *, recompute=True, progress=False, checkpoints=
         # The engine's final answer must equal the recompute.
         got = dict(zip(*[c.to_pylist() for c in counts.at(t - 1).columns[:2]]))
         out["check"] = all(got.get(int(r)) == sz for r, sz in zip(roots, sizes))
+    # Operator nodes reference each other (consumers and inputs): free the whole graph
+    # now, before the next configuration builds its own (at N=1e6 each holds GBs).
+    del df, roots_in, edges_in, probe, counts
+    gc.collect()
     return out
 
 
