@@ -1299,10 +1299,12 @@ def _argsort_small(keys, n, out):
 
 
 @njit(cache=True, nogil=True)
-def _count_sum_1d(due_offs, due_times, upd_offs, upd_vals, upd_times, upd_diffs,
+def _count_sum_1d(seed_offs, seed_times, upd_offs, upd_vals, upd_times, upd_diffs,
                   out_offs, out_vals, out_diffs, col, is_sum):
-    K = due_offs.shape[0] - 1
-    cap = max(16, 2 * due_times.shape[0])
+    K = seed_offs.shape[0] - 1
+    skeys = np.empty(16, np.int64)
+    sorder = np.empty(16, np.int64)
+    cap = max(16, 2 * upd_times.shape[0])
     r_key = np.empty(cap, np.int64)
     r_val = np.empty(cap, np.int64)
     r_time = np.empty(cap, np.int64)
@@ -1318,10 +1320,6 @@ def _count_sum_1d(due_offs, due_times, upd_offs, upd_vals, upd_times, upd_diffs,
     ed = np.empty(16, np.int64)
     status = 0  # 0 ok, 1 overflow, 2 not applicable (caller uses the general path)
     for k in range(K):
-        t0 = due_offs[k]
-        t1 = due_offs[k + 1]
-        if t0 == t1:
-            continue
         # The current output: at most one row with count 1 (a correct count/sum output).
         has = False
         cur = 0
@@ -1360,12 +1358,24 @@ def _count_sum_1d(due_offs, due_times, upd_offs, upd_vals, upd_times, upd_diffs,
         for p in range(m):
             tkeys[p] = upd_times[u0 + p, 0]
         _argsort_small(tkeys, m, order)
+        # The due times: the key's distinct seed times, in order. (Not the update times:
+        # compaction may have merged a new update with an old one, even to nothing.)
+        s0 = seed_offs[k]
+        ns = seed_offs[k + 1] - s0
+        if skeys.shape[0] < ns:
+            skeys = np.empty(2 * ns, np.int64)
+            sorder = np.empty(2 * ns, np.int64)
+        for i in range(ns):
+            skeys[i] = seed_times[s0 + i, 0]
+        _argsort_small(skeys, ns, sorder)
         nonzero = 0
         total = 0
         q = 0
         key_start = n
-        for t in range(t0, t1):
-            tt = due_times[t, 0]
+        for si in range(ns):
+            tt = skeys[sorder[si]]
+            if si > 0 and tt == skeys[sorder[si - 1]]:
+                continue
             while q < m and upd_times[u0 + order[q], 0] <= tt:
                 p = u0 + order[q]
                 rr = run[p - u0]
@@ -1456,22 +1466,26 @@ def _same_row(a, i, j):
     return True
 
 
-def count_sum_1d(due_offs, due_times, upd_offs, upd_vals, upd_times, upd_diffs,
+def count_sum_1d(seed_offs, seed_times, upd_offs, upd_vals, upd_times, upd_diffs,
                  out_offs, out_vals, out_diffs, *, col=0, is_sum=False):
     """Corrections of ``count`` (or ``sum(col)``) for one time coordinate, directly.
 
-    Same contract as ``accumulate`` + ``logic_count``/``logic_sum`` + ``corrections``
-    with ``d == 1``, but walks each key's updates once in time order, keeping the number
-    of non-zero rows and the running total, and emits ``-old/+new`` only where the
-    output changes. Returns ``None`` when the old output is not a single row per key
-    (then the general path must be used); otherwise ``(key, vals[c, 1], times[c, 1],
-    diffs)`` sorted by (key, val, time) and consolidated. Inputs are trusted (sorted,
-    consolidated, as the reduce operator passes them).
+    For K keys: ``seed_*`` (CSR by key, any order, repeats allowed) the times of its new
+    updates; ``upd_*`` all its input updates sorted by (val, time); ``out_*`` its old
+    output sorted by (val, time). With one time coordinate every new time is due and all
+    older history precedes it, so the interesting times are the distinct seed times and
+    no closure is needed. Equivalent to ``interesting_times`` + ``accumulate`` +
+    ``logic_count``/``logic_sum`` + ``corrections``, but walks each key's updates once in
+    time order, keeping the number of non-zero rows and the running total, and emits
+    ``-old/+new`` only where the output changes. Returns ``None`` when the old output is
+    not a single row per key (then the general path must be used); otherwise ``(key,
+    vals[c, 1], times[c, 1], diffs)`` sorted by (key, val, time) and consolidated.
+    Inputs are trusted (sorted, consolidated), as the reduce operator passes them.
     """
     if upd_vals.shape[1] == 0:
         upd_vals = np.zeros((upd_vals.shape[0], 1), np.int64)
     key, val, time, diff, n, status = _count_sum_1d(
-        due_offs, due_times, upd_offs, upd_vals, upd_times, upd_diffs,
+        seed_offs, seed_times, upd_offs, upd_vals, upd_times, upd_diffs,
         out_offs, out_vals, out_diffs, int(col), bool(is_sum))
     if status == 1:
         raise OverflowError("count/sum: a result overflows int64")

@@ -109,23 +109,15 @@ class ReduceNode(Node):
             seed_times = np.ascontiguousarray(seeds[:, kw:])
 
         hist = self.arranged.spine.gather(keys)        # old input + the new batch
-        due_offs, due_times, pend_offs, pend_times = _reduce.interesting_times(
-            seed_offs, seed_times, hist.offs, hist.times, frontier, check=False)
-        if len(pend_times):
-            pk = np.repeat(keys, np.diff(pend_offs), axis=0)
-            self.pend_keys = np.ascontiguousarray(np.concatenate([self.pend_keys, pk]))
-            self.pend_times = np.ascontiguousarray(
-                np.concatenate([self.pend_times, pend_times]))
-            self._dedup_pending()
-        if not len(due_times):
-            return
-        old = self.out.gather(keys)
-        corr = None
         if self.fast is not None and d == 1:
+            # One time coordinate: every seed is due and older history precedes it, so
+            # count/sum walk each key's updates once (no closure, no moments).
             kind, col = self.fast
-            corr = _reduce.count_sum_1d(due_offs, due_times, hist.offs, hist.vals,
-                                        hist.times, hist.diffs, old.offs, old.vals,
-                                        old.diffs, col=col, is_sum=(kind == "sum"))
+            old = self.out.gather(keys)
+            corr = _reduce.count_sum_1d(seed_offs, seed_times, hist.offs, hist.vals,
+                                        hist.times,
+                                        hist.diffs, old.offs, old.vals, old.diffs,
+                                        col=col, is_sum=(kind == "sum"))
             if corr is not None:
                 ck, cv, ct, cd = corr
                 if len(cd):
@@ -138,6 +130,17 @@ class ReduceNode(Node):
                                                            kw=kw, consolidated=True))
                         self.emit(u)
                 return
+        due_offs, due_times, pend_offs, pend_times = _reduce.interesting_times(
+            seed_offs, seed_times, hist.offs, hist.times, frontier, check=False)
+        if len(pend_times):
+            pk = np.repeat(keys, np.diff(pend_offs), axis=0)
+            self.pend_keys = np.ascontiguousarray(np.concatenate([self.pend_keys, pk]))
+            self.pend_times = np.ascontiguousarray(
+                np.concatenate([self.pend_times, pend_times]))
+            self._dedup_pending()
+        if not len(due_times):
+            return
+        old = self.out.gather(keys)
         mom_offs, acc_vals, acc_counts = _reduce.accumulate(
             due_offs, due_times, hist.offs, hist.vals, hist.times, hist.diffs, check=False)
         want_offs, want_vals, want_counts = self.logic(mom_offs, acc_vals, acc_counts)
