@@ -6,7 +6,7 @@ throughput relative to the machine's memcpy bandwidth measured in the same run.
 """
 import numpy as np
 
-from ddnumba.kernels import consolidate, cursor, lattice, merge, partition, sort
+from ddnumba.kernels import consolidate, cursor, lattice, merge, partition, sort, trie
 
 from .common import SIZES, median_seconds, memcpy_bytes_per_second, sorted_trie, \
     unsorted_updates
@@ -79,9 +79,25 @@ class Merge:
         self.b = sorted_trie(n // 2, 2)
         merge.merge(sorted_trie(1000, 3), sorted_trie(1000, 4))
         self.frontier = np.array([[500]], np.int64)
+        a, b = self.a, self.b
+        nk = len(a.keys) + len(b.keys)
+        nv = len(a.vals) + len(b.vals)
+        nu = len(a.diffs) + len(b.diffs)
+        self.out = trie.Trie(np.zeros((nk, a.keys.shape[1]), np.int64),
+                             np.zeros(nk + 1, np.int64),
+                             np.zeros((nv, a.vals.shape[1]), np.int64),
+                             np.zeros(nv + 1, np.int64),
+                             np.zeros((nu, a.times.shape[1]), np.int64),
+                             np.zeros(nu, np.int64))
+        merge.merge(self.a, self.b, out=self.out)
 
     def time_merge(self, n):
         merge.merge(self.a, self.b)
+
+    def time_merge_reused_buffers(self, n):
+        # Output buffers allocated (and touched) once: first touch of fresh memory is
+        # slow on these VMs, so this is the kernel's own speed.
+        merge.merge(self.a, self.b, out=self.out)
 
     def time_merge_compacting(self, n):
         merge.merge(self.a, self.b, self.frontier)
@@ -89,6 +105,11 @@ class Merge:
     def track_merge_rows_per_s(self, n):
         return n / median_seconds(lambda: merge.merge(self.a, self.b), repeat=3)
     track_merge_rows_per_s.unit = "rows/s"
+
+    def track_merge_reused_buffers_rows_per_s(self, n):
+        return n / median_seconds(lambda: merge.merge(self.a, self.b, out=self.out),
+                                  repeat=3)
+    track_merge_reused_buffers_rows_per_s.unit = "rows/s"
 
     def track_merge_vs_memcpy(self, n):
         return self.track_merge_rows_per_s(n) * BYTES_PER_UPDATE / memcpy_bytes_per_second()
