@@ -1423,7 +1423,13 @@ def _count_sum_1d(seed_offs, seed_times, upd_offs, upd_vals, upd_times, upd_diff
         # order (a stable sort by val) and cancel equal (val, time) pairs, so the
         # output needs no global consolidation.
         e = n - key_start
-        if e > 1:
+        ordered = True
+        for i in range(key_start + 1, n):
+            if r_val[i - 1] > r_val[i] or (r_val[i - 1] == r_val[i]
+                                            and r_time[i - 1] >= r_time[i]):
+                ordered = False
+                break
+        if e > 1 and not ordered:
             if ev.shape[0] < e:
                 eperm = np.empty(2 * e, np.int64)
                 ev = np.empty(2 * e, np.int64)
