@@ -438,6 +438,12 @@ class Collection:
         parent = self.scope.parent
         if parent is None:
             raise ValueError("leave: the collection is not inside a loop")
+        if not getattr(self.scope, "closed", True):
+            # The loop is scheduled in its parent only once built; a leave created now
+            # would run before the loop does.
+            raise ValueError(f"leave: loop {self.scope.name!r} is still being built; "
+                             f"return the collection from the body (iterate) or from "
+                             f"build (Dataflow.iterative) instead")
         return Collection(LeaveNode(parent, self._node), self.names)
 
     # -- outputs ------------------------------------------------------------------------

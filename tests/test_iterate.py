@@ -464,3 +464,37 @@ def test_outer_collection_method_with_inner_argument(op):
     ri.close()
     df.run()
     assert as_set(cap, 0) == {(1,), (2,), (3,)}
+
+
+def test_leave_inside_the_body_is_rejected_with_a_clear_error():
+    import pytest
+    import ddnumba as dd
+    df = dd.Dataflow()
+    _, x = df.new_input(["v"])
+
+    def body(v):
+        v.leave()
+        return v
+
+    with pytest.raises(ValueError, match="still being built"):
+        x.iterate(body, name="early")
+
+
+def test_leave_after_the_loop_is_built_works():
+    import ddnumba as dd
+    df = dd.Dataflow()
+    xi, x = df.new_input(["v"])
+    inner = {}
+
+    def body(v):
+        inner["c"] = v.map(lambda a: a * 2, names=["v"])
+        return v.concat(x).distinct()
+
+    out = x.iterate(body).capture()
+    doubled = inner["c"].leave().capture()
+    xi.insert([1, 2], time=0)
+    xi.close()
+    df.run()
+    assert sorted(out.at(0).column("v").to_pylist()) == [1, 2]
+    # The inner collection accumulated over all iterations is left as a whole.
+    assert sorted(doubled.at(0).column("v").to_pylist()) == [2, 4]

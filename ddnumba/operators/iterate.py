@@ -54,6 +54,7 @@ class LoopScope(Scope):
         self.Q = np.zeros((1, parent.dims), _I64)
         self.k = 0
         self.rounds_run = 0
+        self.closed = False       # set once the loop is scheduled in its parent
 
     def node_frontier(self, node):
         return self.round_frontier
@@ -307,6 +308,7 @@ def open_loop(parent_scope, *, name=None, max_iterations=None):
 
 def close_loop(child: LoopScope):
     """Append the loop to its parent's schedule (after every node the body created)."""
+    child.closed = True
     return LoopNode(child.parent, child)
 
 
