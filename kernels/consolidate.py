@@ -22,7 +22,7 @@ With several words, the rows are argsorted and gathered.
 import numpy as np
 from numba import njit
 
-from .rows import add_checked, row_eq
+from .rows import add_checked, row_cmp, row_eq
 from .sort import (
     _EMPTY_I64,
     _argsort2,
@@ -155,11 +155,74 @@ def _from_runs(data, times, perm, use_perm, diffs, where):
     return out_data, out_times, (sums if k == n else sums[:k].copy())
 
 
+@njit(cache=True, nogil=True)
+def _consolidate_small(data, times, diffs):
+    """Consolidate a few updates in one call: insertion sort of row indices by
+    (data, time), then one summing pass. Group sums are exact: a wrapped partial sum is
+    tracked by a carry count, so only a group whose true sum leaves int64 overflows."""
+    n = data.shape[0]
+    idx = np.empty(n, np.int64)
+    for i in range(n):
+        idx[i] = i
+    for i in range(1, n):
+        x = idx[i]
+        j = i
+        while j > 0:
+            y = idx[j - 1]
+            c = row_cmp(data, y, data, x)
+            if c == 0:
+                c = row_cmp(times, y, times, x)
+            if c <= 0:
+                break
+            idx[j] = y
+            j -= 1
+        idx[j] = x
+    out_data = np.empty((n, data.shape[1]), np.int64)
+    out_times = np.empty((n, times.shape[1]), np.int64)
+    out_diffs = np.empty(n, np.int64)
+    k = 0
+    over = False
+    i = 0
+    while i < n:
+        a = idx[i]
+        s = diffs[a]
+        carry = 0
+        j = i + 1
+        while j < n and row_eq(data, idx[j], data, a) and row_eq(times, idx[j], times, a):
+            d = diffs[idx[j]]
+            # (A test like ``s + d < s`` is folded away by LLVM, which assumes signed
+            # overflow cannot happen; add_checked's bitwise test is not.)
+            s, o = add_checked(s, d)
+            if o:
+                carry += 1 if d > 0 else -1
+            j += 1
+        if carry != 0:
+            over = True
+        elif s != 0:
+            for c in range(data.shape[1]):
+                out_data[k, c] = data[a, c]
+            for c in range(times.shape[1]):
+                out_times[k, c] = times[a, c]
+            out_diffs[k] = s
+            k += 1
+        i = j
+    return out_data, out_times, out_diffs, k, over
+
+
+# Below this many updates one small kernel call beats the radix path's setup.
+_SMALL = 64
+
+
 def _consolidate(data, times, diffs, where="consolidate"):
     n = data.shape[0]
     if n == 0:
         return (np.empty((0, data.shape[1]), np.int64), np.empty((0, times.shape[1]), np.int64),
                 np.empty(0, np.int64))
+    if n <= _SMALL:
+        d, t, f, k, over = _consolidate_small(data, times, diffs)
+        if over:
+            raise _overflow(where)
+        return d[:k].copy(), t[:k].copy(), f[:k].copy()
     mins, widths, word_of, shifts, word_bits = layout = _layout(data, times)
     if len(word_bits) <= 1:
         keys = np.empty(n, np.uint64)
