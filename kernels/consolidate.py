@@ -158,8 +158,7 @@ def _from_runs(data, times, perm, use_perm, diffs, where):
 @njit(cache=True, nogil=True)
 def _consolidate_small(data, times, diffs):
     """Consolidate a few updates in one call: insertion sort of row indices by
-    (data, time), then one summing pass. Group sums are exact: a wrapped partial sum is
-    tracked by a carry count, so only a group whose true sum leaves int64 overflows."""
+    (data, time), then the shared summing pass (``_sum_runs``: exact group sums)."""
     n = data.shape[0]
     idx = np.empty(n, np.int64)
     for i in range(n):
@@ -177,35 +176,14 @@ def _consolidate_small(data, times, diffs):
             idx[j] = y
             j -= 1
         idx[j] = x
-    out_data = np.empty((n, data.shape[1]), np.int64)
-    out_times = np.empty((n, times.shape[1]), np.int64)
+    # Sum equal neighbours (exact group sums) and gather the survivors.
+    rep = np.empty(n, np.int64)
     out_diffs = np.empty(n, np.int64)
-    k = 0
-    over = False
-    i = 0
-    while i < n:
-        a = idx[i]
-        s = diffs[a]
-        carry = 0
-        j = i + 1
-        while j < n and row_eq(data, idx[j], data, a) and row_eq(times, idx[j], times, a):
-            d = diffs[idx[j]]
-            # (A test like ``s + d < s`` is folded away by LLVM, which assumes signed
-            # overflow cannot happen; add_checked's bitwise test is not.)
-            s, o = add_checked(s, d)
-            if o:
-                carry += 1 if d > 0 else -1
-            j += 1
-        if carry != 0:
-            over = True
-        elif s != 0:
-            for c in range(data.shape[1]):
-                out_data[k, c] = data[a, c]
-            for c in range(times.shape[1]):
-                out_times[k, c] = times[a, c]
-            out_diffs[k] = s
-            k += 1
-        i = j
+    k, over = _sum_runs(data, times, diffs, idx, True, rep, out_diffs)
+    out_data = np.empty((k, data.shape[1]), np.int64)
+    out_times = np.empty((k, times.shape[1]), np.int64)
+    _gather_rows(data, rep, k, out_data)
+    _gather_rows(times, rep, k, out_times)
     return out_data, out_times, out_diffs, k, over
 
 
@@ -222,7 +200,7 @@ def _consolidate(data, times, diffs, where="consolidate"):
         d, t, f, k, over = _consolidate_small(data, times, diffs)
         if over:
             raise _overflow(where)
-        return d[:k].copy(), t[:k].copy(), f[:k].copy()
+        return d, t, f[:k].copy()
     mins, widths, word_of, shifts, word_bits = layout = _layout(data, times)
     if len(word_bits) <= 1:
         keys = np.empty(n, np.uint64)

@@ -1100,16 +1100,20 @@ def logic_sum(mom_offs, acc_vals, acc_counts, col):
     return offs, vals[:n], counts[:n]
 
 
+def _logic_extreme_wrapper(mom_offs, acc_vals, acc_counts, col, is_max, name):
+    mom_offs, acc_vals, acc_counts = _logic_inputs(mom_offs, acc_vals, acc_counts)
+    col = _check_col(col, acc_vals.shape[1], name)
+    offs, vals, counts, n = _logic_extreme(mom_offs, acc_vals, acc_counts, col, is_max)
+    return offs, vals[:n], counts[:n]
+
+
 def logic_min(mom_offs, acc_vals, acc_counts, col):
     """Min: one row ``[min val[col]]`` over the rows with positive count, count 1.
 
     Same inputs and outputs as :func:`logic_count` (output width 1); a moment without
     a positively counted row produces no row.
     """
-    mom_offs, acc_vals, acc_counts = _logic_inputs(mom_offs, acc_vals, acc_counts)
-    col = _check_col(col, acc_vals.shape[1], "logic_min")
-    offs, vals, counts, n = _logic_extreme(mom_offs, acc_vals, acc_counts, col, False)
-    return offs, vals[:n], counts[:n]
+    return _logic_extreme_wrapper(mom_offs, acc_vals, acc_counts, col, False, "logic_min")
 
 
 def logic_max(mom_offs, acc_vals, acc_counts, col):
@@ -1118,10 +1122,7 @@ def logic_max(mom_offs, acc_vals, acc_counts, col):
     Same inputs and outputs as :func:`logic_count` (output width 1); a moment without
     a positively counted row produces no row.
     """
-    mom_offs, acc_vals, acc_counts = _logic_inputs(mom_offs, acc_vals, acc_counts)
-    col = _check_col(col, acc_vals.shape[1], "logic_max")
-    offs, vals, counts, n = _logic_extreme(mom_offs, acc_vals, acc_counts, col, True)
-    return offs, vals[:n], counts[:n]
+    return _logic_extreme_wrapper(mom_offs, acc_vals, acc_counts, col, True, "logic_max")
 
 
 def logic_distinct(mom_offs, acc_vals, acc_counts):
