@@ -36,9 +36,9 @@ def workload(n, u, *, roots=10, seed=SEED):
     return src, dst, root_ids, new_src, new_dst
 
 
-def build_reach():
+def build_reach(workers=1):
     """The roadmap's reachability program: pairs (root, node)."""
-    df = dd.Dataflow()
+    df = dd.Dataflow(workers=workers)
     roots_in, roots = df.new_input(["root"])
     edges_in, edges = df.new_input(["src", "dst"])
     start = roots.map(lambda r: (r, r), names=["root", "node"])
@@ -65,7 +65,8 @@ def _all_nodes(df):
 
 
 def state_records(df):
-    """Updates held by every trace of the dataflow (arrangements and reduce outputs)."""
+    """Updates held by every trace of the dataflow (arrangements and reduce outputs);
+    with workers, those of the driver's shard (worker 0)."""
     total = 0
     for node in _all_nodes(df):
         for attr in ("spine", "out"):
@@ -83,13 +84,14 @@ def _scratch_bfs(n, src, dst, roots):
     return [len(breadth_first_order(g, int(r), return_predecessors=False)) for r in roots]
 
 
-def run_reach(n, batch, changes, *, recompute=True, progress=False, checkpoints=()):
+def run_reach(n, batch, changes, *, recompute=True, progress=False, checkpoints=(),
+              workers=1):
     """Run the workload; returns a dict of figures (see module docstring)."""
     src, dst, roots, new_src, new_dst = workload(n, changes)
     m = len(src)
     all_src = np.concatenate([src, new_src])
     all_dst = np.concatenate([dst, new_dst])
-    df, roots_in, edges_in, probe, counts = build_reach()
+    df, roots_in, edges_in, probe, counts = build_reach(workers)
     t0 = time.perf_counter()
     edges_in.insert(src, dst, time=0)
     roots_in.insert(roots, time=0)
@@ -128,7 +130,7 @@ def run_reach(n, batch, changes, *, recompute=True, progress=False, checkpoints=
             marks[done] = (np.array(lat[-min(len(lat), 1000):]), state_records(df))
     lat = np.array(lat)
     out = {
-        "n": n, "batch": batch, "changes": steps * batch, "load_s": load,
+        "n": n, "batch": batch, "workers": workers, "changes": steps * batch, "load_s": load,
         "records_after_load": records_after_load, "records_end": state_records(df),
         "p50_ms": float(np.median(lat) * 1e3) if len(lat) else float("nan"),
         "p99_ms": float(np.percentile(lat, 99) * 1e3) if len(lat) else float("nan"),
@@ -150,13 +152,14 @@ def run_reach(n, batch, changes, *, recompute=True, progress=False, checkpoints=
         out["check"] = all(got.get(int(r)) == sz for r, sz in zip(roots, sizes))
     # Operator nodes reference each other (consumers and inputs): free the whole graph
     # now, before the next configuration builds its own (at N=1e6 each holds GBs).
+    df.close()
     del df, roots_in, edges_in, probe, counts
     gc.collect()
     return out
 
 
 def _table(rows):
-    cols = ["n", "batch", "changes", "load_s", "changes_per_s", "p50_ms", "p99_ms",
+    cols = ["n", "batch", "workers", "changes", "load_s", "changes_per_s", "p50_ms", "p99_ms",
             "max_ms", "recompute_ms", "ratio", "records_after_load", "records_end",
             "check"]
     print(" ".join(f"{c:>14}" for c in cols))
@@ -181,6 +184,8 @@ def main(argv=None):
     r.add_argument("--batch", type=int, nargs="+", default=[1, 10, 100, 1000])
     r.add_argument("--changes", type=int, default=None,
                    help="changes per configuration (default: max(20 * B, 200))")
+    r.add_argument("--workers", type=int, nargs="+", default=[1],
+                   help="worker processes (several values: compared in one process)")
     r.add_argument("--no-recompute", action="store_true")
     r.add_argument("--plot", default=None, help="write a latency CDF PNG here")
     args = p.parse_args(argv)
@@ -188,9 +193,17 @@ def main(argv=None):
     for n in args.nodes:
         for b in args.batch:
             changes = args.changes or max(20 * b, 200)
-            rows.append(run_reach(n, b, changes, recompute=not args.no_recompute,
-                                  progress=True))
+            for w in args.workers:
+                rows.append(run_reach(n, b, changes, recompute=not args.no_recompute,
+                                      progress=True, workers=w))
     _table(rows)
+    if len(args.workers) > 1:
+        base = {(r["n"], r["batch"]): r["changes_per_s"] for r in rows if r["workers"] == 1}
+        for r in rows:
+            if r["workers"] > 1 and (r["n"], r["batch"]) in base:
+                print(f"N={r['n']} B={r['batch']}: W={r['workers']} speedup "
+                      f"{r['changes_per_s'] / base[(r['n'], r['batch'])]:.2f}x over W=1, "
+                      f"{r['changes_per_s'] / r['workers']:.0f} changes/s per worker")
     if args.plot:
         import matplotlib
         matplotlib.use("Agg")

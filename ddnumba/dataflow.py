@@ -21,6 +21,7 @@ Times are non-negative: inputs start at the frontier ``(0, ..., 0)``.
 from __future__ import annotations
 
 import numbers
+import os
 
 import numpy as np
 
@@ -136,7 +137,18 @@ class Scope:
         self.loop = None
 
     def add(self, node):
+        if self.df.cluster is not None:
+            raise RuntimeError("cannot add operators to a dataflow with workers after its "
+                               "first run(); build the whole graph first")
         self.nodes.append(node)
+
+    def all_nodes(self):
+        """Nodes of this scope and of every loop nested in it."""
+        for node in self.nodes:
+            yield node
+            child = getattr(node, "child", None)
+            if child is not None:
+                yield from child.all_nodes()
 
     def run_pass(self, *, force=True):
         """One topological pass: each node computes its frontier and steps if needed."""
@@ -416,8 +428,10 @@ class Dataflow:
     time_dims : int
         Number of outer time coordinates (times are int64 vectors under the product
         order).
-    workers : int
-        Number of worker processes (only 1 is implemented so far).
+    workers : int, optional
+        Number of worker processes, each owning a shard of the keys (see
+        :mod:`ddnumba.workers`). The driver is worker 0; the others are forked at the first
+        :meth:`run`. Defaults to the ``DDNUMBA_WORKERS`` environment variable, else 1.
 
     Examples
     --------
@@ -430,13 +444,21 @@ class Dataflow:
     [{'w': 1, 'count': 2, 'count_': 1}, {'w': 2, 'count': 1, 'count_': 1}]
     """
 
-    def __init__(self, *, time_dims=1, workers=1):
+    def __init__(self, *, time_dims=1, workers=None):
         if int(time_dims) < 1:
             raise ValueError(f"Dataflow: time_dims must be >= 1, got {time_dims}")
-        if int(workers) != 1:
-            raise NotImplementedError("Dataflow: workers > 1 is not implemented yet")
+        if workers is None:
+            workers = os.environ.get("DDNUMBA_WORKERS", "1")
+        w = workers
+        if isinstance(w, str) and w.strip().isdigit():
+            w = int(w.strip())
+        if isinstance(w, bool) or not isinstance(w, numbers.Integral) or w < 1:
+            raise ValueError(f"Dataflow: workers must be a positive integer, got "
+                             f"{workers!r}")
         self.time_dims = int(time_dims)
-        self.workers = 1
+        self.workers = int(w)
+        self.cluster = None        # set at the first run() when workers > 1
+        self._failed = None
         self.root = Scope(self, None, self.time_dims)
         self.inputs: list[InputHandle] = []
         self.runs = 0
@@ -468,8 +490,107 @@ class Dataflow:
 
     def run(self):
         """Process every update at a time the input frontiers have closed."""
+        if self._failed is not None:
+            raise RuntimeError(f"this dataflow failed in an earlier run() "
+                               f"({self._failed}); build a new one") from None
+        if self.workers == 1:
+            self.root.run_pass()
+        else:
+            self._run_workers()
+        self.runs += 1
+
+    # -- workers ---------------------------------------------------------------------
+    def agree_min(self, value):
+        """The minimum of ``value`` over all workers (``None`` = no value)."""
+        if self.cluster is None:
+            return value
+        return self.cluster.allreduce_min(value)
+
+    def _capture_nodes(self):
+        from ddnumba.operators.output import CaptureNode
+        return [n for n in self.root.all_nodes() if isinstance(n, CaptureNode)]
+
+    def _run_workers(self):
+        from ddnumba import workers as _workers
+        drained = [h._drain() for h in self.inputs]
+        if self.cluster is None:
+            self.cluster = _workers.start(self)
+        cl = self.cluster
+        W = self.workers
+        try:
+            cl.seq += 1
+            cuts = [None if u is None else np.linspace(0, len(u), W + 1).astype(np.int64)
+                    for u in drained]
+            for r in range(1, W):
+                descs = []
+                for i, (h, u, c) in enumerate(zip(self.inputs, drained, cuts)):
+                    desc = None
+                    if u is not None and c[r + 1] > c[r]:
+                        desc = cl.blocks.write(("in", i, r), u.take(slice(c[r], c[r + 1])))
+                    descs.append((h.frontier, h.closed, desc))
+                cl.send(r, ("run", cl.seq, descs))
+            for h, u, c in zip(self.inputs, drained, cuts):
+                if u is not None and c[1] > 0:
+                    h._buffer = [u.take(slice(0, c[1]))]
+            self.root.run_pass()
+            caps = self._capture_nodes()
+            for r in range(1, W):
+                msg = cl.recv(r)
+                cl._check(r, msg, "done")
+                for idx, desc in msg[2]:
+                    node = caps[idx]
+                    node.parts.append(cl.blocks.read(r, desc, node.arity, node.dims))
+                    node._consolidated = None
+        except BaseException as e:
+            err = _workers.fail(cl, e)
+            self._failed = err or e
+            if err is None:
+                raise
+            raise err from None
+
+    def _attach_worker(self, cluster):
+        """In a freshly forked worker: take the cluster, drop the driver's buffers."""
+        self.cluster = cluster
+        for h in self.inputs:
+            h._buffer = []
+
+    def _worker_run(self, msg):
+        cl = self.cluster
+        cl.seq += 1
+        cl._check(0, msg, "run")
+        for h, (frontier, closed, desc) in zip(self.inputs, msg[2]):
+            h.frontier = frontier
+            h.closed = closed
+            h._buffer = [] if desc is None else \
+                [cl.blocks.read(0, desc, len(h.names), h.dims)]
         self.root.run_pass()
         self.runs += 1
+        out = []
+        for idx, node in enumerate(self._capture_nodes()):
+            if node.parts:
+                u = Updates.concat(node.parts, node.arity, node.dims).consolidated()
+                node.parts = []
+                node._consolidated = None
+                if len(u):
+                    out.append((idx, cl.blocks.write(("cap", idx), u)))
+        cl.send(0, ("done", cl.seq, out))
+
+    def close(self):
+        """Stop the worker processes (if any) and release their shared memory. Also
+        happens when the dataflow is garbage collected or the interpreter exits."""
+        if self.cluster is not None and self.cluster.procs:
+            from ddnumba import workers as _workers
+            _workers.shutdown(self.cluster)
+            self.cluster.procs = {}
+        if self.cluster is not None:
+            self._failed = self._failed or "closed"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
 
     def __repr__(self):
         return (f"Dataflow(time_dims={self.time_dims}, inputs={len(self.inputs)}, "

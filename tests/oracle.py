@@ -224,7 +224,8 @@ def _compare(label, actual, expected):
         raise AssertionError(f"{label}\n" + "\n".join(bad[:12]))
 
 
-def check(build, reference, inputs, time_dims, *, modes=MODES, check_at=True):
+def check(build, reference, inputs, time_dims, *, modes=MODES, check_at=True,
+          workers=None):
     """Run ``build`` on ``inputs`` in each mode and compare with ``reference``.
 
     Parameters
@@ -244,6 +245,8 @@ def check(build, reference, inputs, time_dims, *, modes=MODES, check_at=True):
         to ``(i + 1, 0, ...)``, ``run``, and check the now complete grid points.
     check_at : bool
         Also compare ``Captured.at(t)`` at every grid point at the end of a run.
+    workers : int, optional
+        Worker processes (default: ``DDNUMBA_WORKERS``, else 1).
     """
     pts = points(time_dims)
     expected = {}
@@ -252,14 +255,18 @@ def check(build, reference, inputs, time_dims, *, modes=MODES, check_at=True):
         exp = reference(*accs)
         expected[p] = [clean(e) for e in (exp if isinstance(exp, tuple) else (exp,))]
     for mode in modes:
-        _run_mode(build, inputs, time_dims, mode, pts, expected, check_at)
+        _run_mode(build, inputs, time_dims, mode, pts, expected, check_at, workers)
 
 
-def _run_mode(build, inputs, time_dims, mode, pts, expected, check_at):
+def _run_mode(build, inputs, time_dims, mode, pts, expected, check_at, workers=None):
     # Imported here so the oracle's own tests run without the runtime.
     import ddnumba as dd
 
-    df = dd.Dataflow(time_dims=time_dims)
+    with dd.Dataflow(time_dims=time_dims, workers=workers) as df:
+        _drive(df, build, inputs, time_dims, mode, pts, expected, check_at)
+
+
+def _drive(df, build, inputs, time_dims, mode, pts, expected, check_at):
     handles, colls = [], []
     for names, _ in inputs:
         h, c = df.new_input(list(names))

@@ -231,7 +231,8 @@ def test_inspect_sees_every_update(time_dims, mode):
     def build(c):
         return c.inspect(batches.append)
 
-    check(build, lambda a: a, [(KV, s)], time_dims, modes=[mode])
+    # With workers the function runs in each worker process, on its own shard.
+    check(build, lambda a: a, [(KV, s)], time_dims, modes=[mode], workers=1)
     assert all(isinstance(b, (pa.Table, pa.RecordBatch)) for b in batches)
     tnames = ["time"] if time_dims == 1 else [f"time_{i}" for i in range(time_dims)]
     for b in batches:

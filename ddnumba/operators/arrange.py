@@ -40,8 +40,19 @@ class ArrangeNode(Node):
         self.held: list[Updates] = []
         self.lower = np.zeros((1, scope.dims), _I64)
 
+    def wants_step(self, frontier_changed, force):
+        # With workers every arrangement exchanges in every pass (a collective), even
+        # when this worker has nothing to send.
+        if self.df.cluster is not None:
+            return True
+        return super().wants_step(frontier_changed, force)
+
     def step(self):
-        u = Updates.concat(self.held + [self.take()], self.arity, self.dims)
+        new = self.take()
+        cl = self.df.cluster
+        if cl is not None:
+            new = cl.exchange(new, self.kw)        # this worker's shard of the keys
+        u = Updates.concat(self.held + [new], self.arity, self.dims)
         self.held = []
         if len(u):
             due, fut = u.split_future(self.frontier)

@@ -80,12 +80,6 @@ class LoopScope(Scope):
         return c
 
     # -- scheduling ------------------------------------------------------------------
-    def all_nodes(self):
-        for node in self.nodes:
-            yield node
-            if isinstance(node, LoopNode):
-                yield from node.child.all_nodes()
-
     def next_round(self, P, k_min):
         """Smallest iteration >= k_min with work not in the future of ``P``; None if idle."""
         col = self.dims - 1
@@ -119,7 +113,8 @@ class LoopScope(Scope):
     def run_loop(self, P, Q):
         """Run rounds until no work remains that is not in the future of ``P``."""
         self.Q = Q
-        k = self.next_round(P, 0)
+        agree = self.df.agree_min      # with workers, all of them run the same rounds
+        k = agree(self.next_round(P, 0))
         warned = False
         while k is not None:
             if self.max_iterations is None and k >= 10_000 and not warned:
@@ -138,7 +133,7 @@ class LoopScope(Scope):
             self.round_frontier = self.frontier_for(P, k)
             self.run_pass(force=False)
             self.rounds_run += 1
-            k = self.next_round(P, k + 1)
+            k = agree(self.next_round(P, k + 1))
         # Settle: nothing is in flight below P; let every trace compact to {(p, 0)}.
         # (self.k keeps the last round: nested loops stepped now use it as their lower
         # bound, and they have no work below P either.)
