@@ -93,6 +93,13 @@ class Batch:
                    lower=lower, upper=upper, since=since)
 
     @classmethod
+    def from_trie(cls, trie, *, kw, lower=None, upper=None, since=None):
+        """Wrap a trie a kernel built and guarantees valid (``check_trie`` holds); only
+        the widths are read from it, nothing is validated or copied."""
+        return cls(trie, kw=kw, vw=trie.vals.shape[1], dims=trie.times.shape[1],
+                   lower=lower, upper=upper, since=since)
+
+    @classmethod
     def empty(cls, kw, vw, dims):
         return cls(_trie.empty_trie(kw, vw, dims), kw=kw, vw=vw, dims=dims)
 

@@ -34,6 +34,7 @@ import numpy as np
 from numba import njit
 
 from .rows import add_checked, mul_checked, row_cmp, row_eq, row_le
+from .trie import Trie
 
 __all__ = [
     "interesting_times",
@@ -1299,26 +1300,71 @@ def _argsort_small(keys, n, out):
         out[j] = x
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _same_row(a, i, j):
+    for c in range(a.shape[1]):
+        if a[i, c] != a[j, c]:
+            return False
+    return True
+
+
 @njit(cache=True, nogil=True)
-def _count_sum_1d(seed_offs, seed_times, upd_offs, upd_vals, upd_times, upd_diffs,
+def _sort_distinct(buf, n):
+    """Sort ``buf[:n]`` ascending in place, drop repeats, and return the new length.
+
+    Already ordered input (one time per key, or times arriving in order) costs one scan.
+    """
+    first = n
+    for i in range(1, n):
+        if buf[i] < buf[i - 1]:
+            first = i
+            break
+    if first < n:
+        if n > 32:
+            s = np.sort(buf[:n])
+            for i in range(n):
+                buf[i] = s[i]
+        else:
+            for i in range(first, n):
+                x = buf[i]
+                j = i
+                while j > 0 and buf[j - 1] > x:
+                    buf[j] = buf[j - 1]
+                    j -= 1
+                buf[j] = x
+    w = 1 if n > 0 else 0
+    for i in range(1, n):
+        if buf[i] != buf[w - 1]:
+            buf[w] = buf[i]
+            w += 1
+    return w
+
+
+@njit(cache=True, nogil=True)
+def _count_sum_1d(keys, seed_offs, seed_times, upd_offs, upd_vals, upd_times, upd_diffs,
                   out_offs, out_vals, out_diffs, col, is_sum):
     K = seed_offs.shape[0] - 1
-    skeys = np.empty(16, np.int64)
-    sorder = np.empty(16, np.int64)
-    cap = max(16, 2 * upd_times.shape[0])
-    r_key = np.empty(cap, np.int64)
-    r_val = np.empty(cap, np.int64)
-    r_time = np.empty(cap, np.int64)
-    r_diff = np.empty(cap, np.int64)
-    n = 0
-    acc = np.empty(16, np.int64)
-    run = np.empty(16, np.int64)
-    order = np.empty(16, np.int64)
-    tkeys = np.empty(16, np.int64)
-    eperm = np.empty(16, np.int64)
+    kw = keys.shape[1]
+    # Each distinct seed time of a key emits at most two rows (-old, +new), so the
+    # output fits without growing.
+    cap = 2 * seed_times.shape[0]
+    data = np.empty((cap, kw + 1), np.int64)
+    times = np.empty((cap, 1), np.int64)
+    diffs = np.empty(cap, np.int64)
+    tkeys = np.empty((K, kw), np.int64)
+    key_offs = np.empty(K + 1, np.int64)
+    vals = np.empty((cap, 1), np.int64)
+    val_offs = np.empty(cap + 1, np.int64)
+    st = np.empty(16, np.int64)
+    dnz = np.empty(16, np.int64)
+    dtot = np.empty(16, np.int64)
     ev = np.empty(16, np.int64)
     et = np.empty(16, np.int64)
     ed = np.empty(16, np.int64)
+    perm = np.empty(16, np.int64)
+    n = 0
+    nk = 0
+    nv = 0
     status = 0  # 0 ok, 1 overflow, 2 not applicable (caller uses the general path)
     for k in range(K):
         # The current output: at most one row with count 1 (a correct count/sum output).
@@ -1340,137 +1386,202 @@ def _count_sum_1d(seed_offs, seed_times, upd_offs, upd_vals, upd_times, upd_diff
                 status = 2
             i = j
         if status == 2:
-            return r_key, r_val, r_time, r_diff, 0, status
-        u0 = upd_offs[k]
-        u1 = upd_offs[k + 1]
-        m = u1 - u0
-        if acc.shape[0] < m:
-            acc = np.empty(2 * m, np.int64)
-            run = np.empty(2 * m, np.int64)
-            order = np.empty(2 * m, np.int64)
-            tkeys = np.empty(2 * m, np.int64)
-        # Updates are sorted by (val, time): number the val runs, then walk in time order.
-        r = -1
-        for p in range(u0, u1):
-            if p == u0 or upd_vals[p, 0] != upd_vals[p - 1, 0] or not _same_row(upd_vals, p, p - 1):
-                r += 1
-                acc[r] = 0
-            run[p - u0] = r
-        for p in range(m):
-            tkeys[p] = upd_times[u0 + p, 0]
-        _argsort_small(tkeys, m, order)
+            break
         # The due times: the key's distinct seed times, in order. (Not the update times:
         # compaction may have merged a new update with an old one, even to nothing.)
         s0 = seed_offs[k]
         ns = seed_offs[k + 1] - s0
-        if skeys.shape[0] < ns:
-            skeys = np.empty(2 * ns, np.int64)
-            sorder = np.empty(2 * ns, np.int64)
+        if ns == 0:
+            continue
+        if st.shape[0] < ns:
+            st = np.empty(2 * ns, np.int64)
+            dnz = np.empty(2 * ns, np.int64)
+            dtot = np.empty(2 * ns, np.int64)
         for i in range(ns):
-            skeys[i] = seed_times[s0 + i, 0]
-        _argsort_small(skeys, ns, sorder)
-        nonzero = 0
-        total = 0
-        q = 0
-        key_start = n
-        for si in range(ns):
-            tt = skeys[sorder[si]]
-            if si > 0 and tt == skeys[sorder[si - 1]]:
-                continue
-            while q < m and upd_times[u0 + order[q], 0] <= tt:
-                p = u0 + order[q]
-                rr = run[p - u0]
-                old = acc[rr]
-                new, o = add_checked(old, upd_diffs[p])
-                if o:
-                    status = 1
-                acc[rr] = new
-                if old == 0 and new != 0:
-                    nonzero += 1
-                elif old != 0 and new == 0:
-                    nonzero -= 1
-                if is_sum:
-                    c, o = mul_checked(upd_vals[p, col], upd_diffs[p])
+            st[i] = seed_times[s0 + i, 0]
+        ns = _sort_distinct(st, ns)
+        for i in range(ns):
+            dnz[i] = 0
+            dtot[i] = 0
+        last = st[ns - 1]
+        # Bin every update into the first due time at or after it: slot ``i`` collects
+        # the change of (number of non-zero vals, total) between due times i-1 and i.
+        # Updates are sorted by (val, time), so each val is walked in time order with
+        # its own running count, and no per-key sort of the updates is needed.
+        u0 = upd_offs[k]
+        u1 = upd_offs[k + 1]
+        p = u0
+        while p < u1:
+            acc = 0
+            j = 0
+            q = p
+            while True:
+                t = upd_times[q, 0]
+                if t <= last:
+                    # The slot: the number of due times before t (they are sorted).
+                    # Few due times: count them without branches; many: binary search
+                    # in st[j:ns] (times ascend within a val, so the slot never moves
+                    # back).
+                    if ns <= 32:
+                        j = 0
+                        for i in range(ns):
+                            j += st[i] < t
+                    else:
+                        hi = ns - 1
+                        while j < hi:
+                            mid = (j + hi) >> 1
+                            if st[mid] < t:
+                                j = mid + 1
+                            else:
+                                hi = mid
+                    d = upd_diffs[q]
+                    new, o = add_checked(acc, d)
                     if o:
                         status = 1
-                else:
-                    c = upd_diffs[p]
-                total, o = add_checked(total, c)
-                if o:
-                    status = 1
+                    if acc == 0 and new != 0:
+                        dnz[j] += 1
+                    elif acc != 0 and new == 0:
+                        dnz[j] -= 1
+                    acc = new
+                    if is_sum:
+                        c, o = mul_checked(upd_vals[q, col], d)
+                        if o:
+                            status = 1
+                    else:
+                        c = d
+                    x, o = add_checked(dtot[j], c)
+                    if o:
+                        status = 1
+                    dtot[j] = x
                 q += 1
-            want_has = nonzero > 0
-            if want_has != has or (has and total != cur):
-                if n + 2 > r_key.shape[0]:
-                    r_key = _grow_vec(r_key, n, n + 2)
-                    r_val = _grow_vec(r_val, n, n + 2)
-                    r_time = _grow_vec(r_time, n, n + 2)
-                    r_diff = _grow_vec(r_diff, n, n + 2)
-                if has:
-                    r_key[n] = k
-                    r_val[n] = cur
-                    r_time[n] = tt
-                    r_diff[n] = -1
-                    n += 1
-                if want_has:
-                    r_key[n] = k
-                    r_val[n] = total
-                    r_time[n] = tt
-                    r_diff[n] = 1
-                    n += 1
-                has = want_has
-                cur = total
-        # This key's corrections were emitted in time order; put them in (val, time)
-        # order (a stable sort by val) and cancel equal (val, time) pairs, so the
-        # output needs no global consolidation.
-        e = n - key_start
+                if q == u1 or not _same_row(upd_vals, q, p):
+                    break
+            p = q
+        # Walk the due times in order; emit -old/+new where the output changes. The
+        # trie wants (val, time) order; rows come in time order, which is also (val,
+        # time) order whenever the output only grows or only shrinks (the common case),
+        # so the val layer is built on the fly and redone only if a val goes down.
+        key_start = n
+        nv_start = nv
         ordered = True
-        for i in range(key_start + 1, n):
-            if r_val[i - 1] > r_val[i] or (r_val[i - 1] == r_val[i]
-                                            and r_time[i - 1] >= r_time[i]):
-                ordered = False
-                break
-        if e > 1 and not ordered:
+        nz = 0
+        tot = 0
+        for i in range(ns):
+            nz += dnz[i]
+            tot, o = add_checked(tot, dtot[i])
+            if o:
+                status = 1
+            want = nz > 0
+            if want != has or (has and tot != cur):
+                tt = st[i]
+                for r in range(2):
+                    if r == 0:
+                        if not has:
+                            continue
+                        v = cur
+                        dd = -1
+                    else:
+                        if not want:
+                            continue
+                        v = tot
+                        dd = 1
+                    for c in range(kw):
+                        data[n, c] = keys[k, c]
+                    data[n, kw] = v
+                    times[n, 0] = tt
+                    diffs[n] = dd
+                    # No two rows share (val, time): one time emits at most -old and
+                    # +new, and then old != new; times of one val therefore ascend.
+                    if n == key_start or v != data[n - 1, kw]:
+                        if n > key_start and v < data[n - 1, kw]:
+                            ordered = False
+                        vals[nv, 0] = v
+                        val_offs[nv] = n
+                        nv += 1
+                    n += 1
+                has = want
+                cur = tot
+        e = n - key_start
+        if e == 0:
+            continue
+        if not ordered:
+            # A stable sort by val keeps times ascending within a val.
             if ev.shape[0] < e:
-                eperm = np.empty(2 * e, np.int64)
                 ev = np.empty(2 * e, np.int64)
                 et = np.empty(2 * e, np.int64)
                 ed = np.empty(2 * e, np.int64)
+                perm = np.empty(2 * e, np.int64)
             for i in range(e):
-                ev[i] = r_val[key_start + i]
-            _argsort_small(ev, e, eperm)
-            vs = ev
-            ts = et
-            ds = ed
+                ev[i] = data[key_start + i, kw]
+            _argsort_small(ev, e, perm)
             for i in range(e):
-                et[i] = r_time[key_start + eperm[i]]
-                ed[i] = r_diff[key_start + eperm[i]]
+                et[i] = times[key_start + perm[i], 0]
+                ed[i] = diffs[key_start + perm[i]]
             for i in range(e):
-                eperm[i] = ev[eperm[i]]
-            for i in range(e):
-                ev[i] = eperm[i]
-            w = key_start
-            for i in range(e):
-                if w > key_start and r_val[w - 1] == vs[i] and r_time[w - 1] == ts[i]:
-                    r_diff[w - 1] += ds[i]
-                    if r_diff[w - 1] == 0:
-                        w -= 1
-                else:
-                    r_key[w] = k
-                    r_val[w] = vs[i]
-                    r_time[w] = ts[i]
-                    r_diff[w] = ds[i]
-                    w += 1
-            n = w
-    return r_key, r_val, r_time, r_diff, n, status
+                data[key_start + i, kw] = ev[perm[i]]
+                times[key_start + i, 0] = et[i]
+                diffs[key_start + i] = ed[i]
+            nv = nv_start
+            for i in range(key_start, n):
+                if i == key_start or data[i, kw] != data[i - 1, kw]:
+                    vals[nv, 0] = data[i, kw]
+                    val_offs[nv] = i
+                    nv += 1
+        for c in range(kw):
+            tkeys[nk, c] = keys[k, c]
+        key_offs[nk] = nv_start
+        nk += 1
+    key_offs[nk] = nv
+    val_offs[nv] = n
+    return data, times, diffs, tkeys, key_offs, vals, val_offs, n, nk, nv, status
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _same_row(a, i, j):
-    for c in range(a.shape[1]):
-        if a[i, c] != a[j, c]:
-            return False
-    return True
+def _fit(a, m):
+    """The first ``m`` rows of ``a``: a view when it uses most of ``a``, else a copy (so a
+    small result does not pin a large, mostly unused buffer)."""
+    return a[:m] if 2 * m >= a.shape[0] else a[:m].copy()
+
+
+def _count_sum_1d_call(keys, seed_offs, seed_times, upd_offs, upd_vals, upd_times,
+                       upd_diffs, out_offs, out_vals, out_diffs, col, is_sum):
+    if upd_vals.shape[1] == 0:
+        upd_vals = np.zeros((upd_vals.shape[0], 1), np.int64)
+    (data, times, diffs, tkeys, key_offs, vals, val_offs, n, nk, nv,
+     status) = _count_sum_1d(keys, seed_offs, seed_times, upd_offs, upd_vals, upd_times,
+                             upd_diffs, out_offs, out_vals, out_diffs, int(col),
+                             bool(is_sum))
+    if status == 1:
+        raise OverflowError("count/sum: a result overflows int64")
+    if status == 2:
+        return None
+    times = _fit(times, n)
+    diffs = _fit(diffs, n)
+    trie = Trie(_fit(tkeys, nk), _fit(key_offs, nk + 1), _fit(vals, nv),
+                _fit(val_offs, nv + 1), times, diffs)
+    return _fit(data, n), times, diffs, trie
+
+
+def count_sum_1d_trie(keys, seed_offs, seed_times, upd_offs, upd_vals, upd_times,
+                      upd_diffs, out_offs, out_vals, out_diffs, *, col=0, is_sum=False):
+    """Corrections of ``count`` (or ``sum(col)``) for one time coordinate, as flat updates
+    and as the trie of an output batch.
+
+    Parameters are those of :func:`count_sum_1d`, plus ``keys[K, kw]``: the keys
+    themselves, strictly increasing (the reduce operator's query keys).
+
+    Returns
+    -------
+    None when the old output is not a single row per key (use the general path), else
+    ``(data[c, kw + 1], times[c, 1], diffs[c], trie)``: the corrections with the key
+    columns followed by the output value, sorted by (key, val, time) and consolidated
+    (every diff is +1 or -1), and the same updates as a :class:`~.trie.Trie` that
+    satisfies ``check_trie`` without a validation pass. ``trie.times`` and
+    ``trie.diffs`` are the flat ``times`` and ``diffs`` arrays (shared, not copied):
+    treat all of them as read-only.
+    """
+    return _count_sum_1d_call(np.ascontiguousarray(keys, dtype=np.int64), seed_offs,
+                              seed_times, upd_offs, upd_vals, upd_times, upd_diffs,
+                              out_offs, out_vals, out_diffs, col, is_sum)
 
 
 def count_sum_1d(seed_offs, seed_times, upd_offs, upd_vals, upd_times, upd_diffs,
@@ -1482,20 +1593,21 @@ def count_sum_1d(seed_offs, seed_times, upd_offs, upd_vals, upd_times, upd_diffs
     output sorted by (val, time). With one time coordinate every new time is due and all
     older history precedes it, so the interesting times are the distinct seed times and
     no closure is needed. Equivalent to ``interesting_times`` + ``accumulate`` +
-    ``logic_count``/``logic_sum`` + ``corrections``, but walks each key's updates once in
-    time order, keeping the number of non-zero rows and the running total, and emits
-    ``-old/+new`` only where the output changes. Returns ``None`` when the old output is
-    not a single row per key (then the general path must be used); otherwise ``(key,
-    vals[c, 1], times[c, 1], diffs)`` sorted by (key, val, time) and consolidated.
-    Inputs are trusted (sorted, consolidated), as the reduce operator passes them.
+    ``logic_count``/``logic_sum`` + ``corrections``, but without materialising moments:
+    each update is binned into the first due time at or after it (per val, in time
+    order, tracking whether the val's count is non-zero), and one walk over the due
+    times emits ``-old/+new`` only where the output changes. Returns ``None`` when the
+    old output is not a single row per key (then the general path must be used);
+    otherwise ``(key, vals[c, 1], times[c, 1], diffs)`` sorted by (key, val, time) and
+    consolidated. Inputs are trusted (sorted, consolidated), as the reduce operator
+    passes them. Cost: O(updates * log(due times per key) + seeds * sort) per call.
     """
-    if upd_vals.shape[1] == 0:
-        upd_vals = np.zeros((upd_vals.shape[0], 1), np.int64)
-    key, val, time, diff, n, status = _count_sum_1d(
-        seed_offs, seed_times, upd_offs, upd_vals, upd_times, upd_diffs,
-        out_offs, out_vals, out_diffs, int(col), bool(is_sum))
-    if status == 1:
-        raise OverflowError("count/sum: a result overflows int64")
-    if status == 2:
+    K = seed_offs.shape[0] - 1
+    res = _count_sum_1d_call(np.arange(K, dtype=np.int64).reshape(-1, 1), seed_offs,
+                             seed_times, upd_offs, upd_vals, upd_times, upd_diffs,
+                             out_offs, out_vals, out_diffs, col, is_sum)
+    if res is None:
         return None
-    return key[:n], val[:n].reshape(-1, 1), time[:n].reshape(-1, 1), diff[:n]
+    data, times, diffs, _ = res
+    return (np.ascontiguousarray(data[:, 0]), np.ascontiguousarray(data[:, 1:]), times,
+            diffs)

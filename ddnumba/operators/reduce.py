@@ -114,21 +114,18 @@ class ReduceNode(Node):
             # count/sum walk each key's updates once (no closure, no moments).
             kind, col = self.fast
             old = self.out.gather(keys)
-            corr = _reduce.count_sum_1d(seed_offs, seed_times, hist.offs, hist.vals,
-                                        hist.times,
-                                        hist.diffs, old.offs, old.vals, old.diffs,
-                                        col=col, is_sum=(kind == "sum"))
+            corr = _reduce.count_sum_1d_trie(keys, seed_offs, seed_times, hist.offs,
+                                             hist.vals, hist.times, hist.diffs, old.offs,
+                                             old.vals, old.diffs, col=col,
+                                             is_sum=(kind == "sum"))
             if corr is not None:
-                ck, cv, ct, cd = corr
+                data, ct, cd, trie = corr
                 if len(cd):
-                    data = np.empty((len(cd), kw + 1), _I64)
-                    data[:, :kw] = keys[ck]
-                    data[:, kw:] = cv
-                    u = Updates(data, ct, cd)   # sorted and consolidated by the kernel
-                    if len(u):
-                        self.out.insert(Batch.from_updates(u.data, u.times, u.diffs,
-                                                           kw=kw, consolidated=True))
-                        self.emit(u)
+                    # The kernel wrote the corrections both flat (to emit) and as the
+                    # output batch's trie, sorted and consolidated: no re-validation.
+                    # The two share their time and diff arrays; neither is mutated.
+                    self.out.insert(Batch.from_trie(trie, kw=kw))
+                    self.emit(Updates(data, ct, cd))
                 return
         due_offs, due_times, pend_offs, pend_times = _reduce.interesting_times(
             seed_offs, seed_times, hist.offs, hist.times, frontier, check=False)
