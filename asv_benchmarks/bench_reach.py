@@ -1,9 +1,10 @@
 """The roadmap's reachability benchmarks (see ``ddnumba.bench`` for the workload).
 
-``reach_throughput``: changes/s for N nodes (M = 2N edges, 10 roots) with B changes per
-``run()``, each change at its own time. ``reach_sustained``: single-change latency
+``ReachThroughput``: changes/s for N nodes (M = 2N edges, 10 roots) with B changes per
+``run()``, each change at its own time. ``ReachSustained``: single-change latency
 percentiles at N=1,000 after many changes, and the arrangement record count (state must
-stay flat). Each track_ benchmark runs its workload once in the benchmark process.
+stay flat). ``ReachWorkers``: throughput with 1 and 2 worker processes. Each track_
+benchmark runs its workload once in the benchmark process.
 """
 from ddnumba.bench import run_reach
 
@@ -71,3 +72,22 @@ class ReachSustained:
     def track_state_records(self, u):
         return self.result["records_end"]
     track_state_records.unit = "records"
+
+
+class ReachWorkers:
+    """Issue 6: the same workload with W=1 and W=2 worker processes (changes/s; the
+    speedup is the ratio of the two W values at equal N and B)."""
+
+    params = [[100_000, 1_000_000], [1000, 10000], [1, 2]]
+    param_names = ["nodes", "batch", "workers"]
+    timeout = 3600
+    number = 1
+    repeat = 1
+
+    def setup(self, n, b, w):
+        run_reach(1000, 10, 20, recompute=False, workers=w)
+
+    def track_changes_per_s(self, n, b, w):
+        changes = max(b * 3, 20) if n >= 1_000_000 else max(b * 5, 200)
+        return run_reach(n, b, changes, recompute=False, workers=w)["changes_per_s"]
+    track_changes_per_s.unit = "changes/s"

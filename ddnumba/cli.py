@@ -101,6 +101,8 @@ def _parser():
                    help="how files must be ordered in time (default check)")
     r.add_argument("--overwrite", action="store_true",
                    help="replace existing output subdirectories")
+    r.add_argument("--workers", type=int, default=None, metavar="W",
+                   help="worker processes (default: DDNUMBA_WORKERS, else 1)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
@@ -236,7 +238,9 @@ def _run(args):
         raise UsageError(f"--time-dims must be >= 1, got {args.time_dims}")
     if not os.path.isdir(args.input):
         raise UsageError(f"{args.input}: --input is not a directory")
-    df = dd.Dataflow(time_dims=args.time_dims)
+    if args.workers is not None and args.workers < 1:
+        raise UsageError(f"--workers must be >= 1, got {args.workers}")
+    df = dd.Dataflow(time_dims=args.time_dims, workers=args.workers)
     enc = encoder_for(df)
     types = {}
     if args.query in BUILTIN_QUERIES:
@@ -275,6 +279,7 @@ def _run(args):
         path = write_changes(cap, targets[name], encoder=enc, types=out_types)
         print(f"{name}: {len(cap):,} updates -> {path}")
     print(f"read {fed:,} input updates from {len(inputs)} input(s)")
+    df.close()
     return 0
 
 

@@ -354,11 +354,13 @@ class Spine:
     def num_batches(self):
         return len(self.batches())
 
-    def gather(self, queries) -> History:
+    def gather(self, queries, extra=None) -> History:
         """The (val, time, diff) history of each query key across all batches.
 
         ``queries`` must be sorted and unique (``[q, kw]``). Returns a :class:`History`
         whose part ``q`` holds that key's updates sorted by (val, time), consolidated.
+        ``extra`` = ``(qidx, vals, times, diffs)`` adds updates of query ``qidx`` first
+        (a join uses it to take a batch back out).
         """
         queries = np.ascontiguousarray(queries, dtype=_I64)
         q = len(queries)
@@ -373,6 +375,8 @@ class Spine:
                                                            t.val_offs, t.times, t.diffs)
                 if len(diffs):
                     parts.append((qidx, vals, times, diffs))
+        if extra is not None and len(extra[3]):
+            parts.append(tuple(np.ascontiguousarray(a) for a in extra))
         if not parts:
             return History(np.zeros(q + 1, _I64), np.empty((0, self.vw), _I64),
                            np.empty((0, self.dims), _I64), np.empty(0, _I64))

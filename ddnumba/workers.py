@@ -336,6 +336,7 @@ def start(df):
     import multiprocessing as mp
     from multiprocessing import resource_tracker
     W = df.workers
+    _check_fork_safe()
     # Workers share the driver's tracker (else each would start its own).
     resource_tracker.ensure_running()
     prefix = f"ddn{os.getpid()}_{next(_COUNTER)}_"
@@ -369,6 +370,23 @@ def start(df):
     cl.procs = procs
     weakref.finalize(df, shutdown, cl)
     return cl
+
+
+def _check_fork_safe():
+    # A forked child of a process whose OpenMP runtime has started can deadlock in its
+    # first parallel region (ENVIRONMENT.md); ddnumba's kernels are serial, user code may
+    # not be.
+    try:
+        import numba
+        layer = numba.threading_layer()
+    except (ImportError, ValueError):      # ValueError: no parallel kernel has run yet
+        return
+    if layer == "omp":
+        import warnings
+        warnings.warn("a Numba parallel kernel ran on the OpenMP threading layer before "
+                      "the workers were forked; parallel kernels in the workers may hang. "
+                      "Set NUMBA_THREADING_LAYER=workqueue or run them after run().",
+                      RuntimeWarning, stacklevel=4)
 
 
 def _child_main(df, r, W, prefix, pipes):

@@ -42,7 +42,8 @@ def run_cli(argv, capsys):
 
 
 # ------------------------------------------------------------------ built-in queries
-def test_run_reachability_on_strings(tmp_path, capsys):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_run_reachability_on_strings(tmp_path, capsys, workers):
     rng = np.random.default_rng(3)
     names = np.array([f"n{i}" for i in range(12)])
     inp = tmp_path / "in"
@@ -61,7 +62,8 @@ def test_run_reachability_on_strings(tmp_path, capsys):
               src=[x[0] for x in part], dst=[x[1] for x in part],
               time=[x[2] for x in part], diff=[x[3] for x in part])
     code, out, err = run_cli(["run", "reachability", "--input", inp, "--output",
-                              tmp_path / "out", "--no-progress"], capsys)
+                              tmp_path / "out", "--no-progress", "--workers", workers],
+                             capsys)
     assert code == 0, err
     assert "reachability:" in out
     tbl = pq.read_table(tmp_path / "out" / "reachability")

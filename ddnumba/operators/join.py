@@ -5,14 +5,18 @@ pair of rows ``(a, b)`` at time ``ta ∨ tb`` with diff ``da * db``. A step rece
 batches ``dA`` and ``dB`` (already inserted into their traces, so the traces read
 ``A + dA`` and ``B + dB``) and emits
 
-    Δ(A·B) = dA·(B + dB) + (A + dA)·dB − dA·dB
+    Δ(A·B) = dA·(B + dB) + A·dB
 
 so every pair is produced exactly once, including pairs of two updates that arrive in
 the same step (two inputs changing at the same time) and the self-join ``c.join(c)``,
-where ``dA`` and ``dB`` are the same batch. Each side reads the other's trace through its
-own handle, whose compaction frontier follows the join's frontier: every future update
-is at a time ``t >= f`` for some ``f`` in it, and ``t ∨ advance(s, F) == t ∨ s`` for such
-``t``, so compaction never changes an output time.
+where ``dA`` and ``dB`` are the same batch. ``A`` for ``dB``'s keys is read from the left
+trace with ``dA`` taken back out in the same gather (rather than emitting ``dA·dB`` twice
+and a cancelling ``−dA·dB``, which would triple the output of a first load). Each side
+reads the other's trace through its own handle, whose compaction frontier follows the
+join's frontier: every future update is at a time ``t >= f`` for some ``f`` in it, and
+``t ∨ advance(s, F) == t ∨ s`` for such ``t``, so compaction never changes an output time.
+New batches are at times in the future of that frontier, which compaction leaves as they
+are, so taking ``dA`` out of the trace cancels exactly.
 """
 from __future__ import annotations
 
@@ -51,11 +55,10 @@ class JoinNode(Node):
                                      h.offs, h.vals, h.times, h.diffs))
         if len(db[2]):
             keys, offs = group_by_key(db[0], kw)
-            h = self.left.spine.gather(keys)          # A + dA for dB's keys
+            minus = self._taken_out(da, keys) if len(da[2]) else None
+            h = self.left.spine.gather(keys, extra=minus)    # A for dB's keys
             parts.append(self._cross(keys, h.offs, h.vals, h.times, h.diffs,
                                      offs, db[0][:, kw:], db[1], db[2]))
-        if len(da[2]) and len(db[2]):
-            parts.append(self._delta_delta(da, db).negate())
         out = Updates.concat(parts, self.arity, self.dims)
         if len(out):
             self.emit(out.consolidated())
@@ -76,38 +79,18 @@ class JoinNode(Node):
             data[:, kw + lw:] = rvals[ri]
         return Updates(data, times, diffs)
 
-    def _delta_delta(self, da, db):
-        """``dA·dB`` restricted to keys present on both sides."""
+    def _taken_out(self, da, keys):
+        """``-dA`` restricted to the sorted unique ``keys``, as ``(qidx, vals, times,
+        diffs)`` for :meth:`Spine.gather`; ``None`` when no key is shared."""
+        from ddnumba.kernels import cursor as _cursor
         kw = self.kw
         ka, oa = group_by_key(da[0], kw)
-        kb, ob = group_by_key(db[0], kw)
-        # Keep keys in both: align the two key lists.
-        from ddnumba.kernels import cursor as _cursor
-        lo, hi = _cursor.key_ranges(kb, ka)
-        both = hi > lo
-        if not both.any():
-            return Updates.empty(self.arity, self.dims)
-        ka_idx = np.flatnonzero(both)
-        kb_idx = lo[both]
-        loffs = np.zeros(len(ka_idx) + 1, _I64)
-        roffs = np.zeros(len(ka_idx) + 1, _I64)
-        lsel = _ranges_index(oa, ka_idx)
-        rsel = _ranges_index(ob, kb_idx)
-        np.cumsum(oa[ka_idx + 1] - oa[ka_idx], out=loffs[1:])
-        np.cumsum(ob[kb_idx + 1] - ob[kb_idx], out=roffs[1:])
-        return self._cross(ka[ka_idx], loffs, da[0][lsel][:, kw:], da[1][lsel],
-                           da[2][lsel], roffs, db[0][rsel][:, kw:], db[1][rsel],
-                           db[2][rsel])
-
-
-def _ranges_index(offs, groups):
-    """Indices of the rows of the selected CSR groups, concatenated in group order."""
-    starts = offs[groups]
-    lens = offs[groups + 1] - starts
-    total = int(lens.sum())
-    if total == 0:
-        return np.zeros(0, _I64)
-    # index = start of the row's group + position within the group
-    group_of = np.repeat(np.arange(len(groups)), lens)
-    first = np.cumsum(lens) - lens
-    return (starts[group_of] + np.arange(total) - first[group_of]).astype(_I64)
+        lo, hi = _cursor.key_ranges(keys, ka)
+        lens = np.diff(oa)
+        keep = np.repeat(hi > lo, lens)
+        if not keep.any():
+            return None
+        diffs = da[2][keep]
+        if diffs.min() == np.iinfo(_I64).min:
+            raise OverflowError("join: a diff of -2**63 has no int64 negation")
+        return (np.repeat(lo, lens)[keep], da[0][keep, kw:], da[1][keep], -diffs)
