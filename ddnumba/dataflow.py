@@ -459,6 +459,7 @@ class Dataflow:
         self.workers = int(w)
         self.cluster = None        # set at the first run() when workers > 1
         self._failed = None
+        self._captures = None      # capture nodes, listed once the graph is fixed
         self.root = Scope(self, None, self.time_dims)
         self.inputs: list[InputHandle] = []
         self.runs = 0
@@ -507,8 +508,12 @@ class Dataflow:
         return self.cluster.allreduce_min(value)
 
     def _capture_nodes(self):
-        from ddnumba.operators.output import CaptureNode
-        return [n for n in self.root.all_nodes() if isinstance(n, CaptureNode)]
+        # The graph is fixed once workers run, so the list is computed once.
+        if self._captures is None:
+            from ddnumba.operators.output import CaptureNode
+            self._captures = [n for n in self.root.all_nodes()
+                              if isinstance(n, CaptureNode)]
+        return self._captures
 
     def _run_workers(self):
         from ddnumba import workers as _workers
@@ -581,7 +586,6 @@ class Dataflow:
         if self.cluster is not None and self.cluster.procs:
             from ddnumba import workers as _workers
             _workers.shutdown(self.cluster)
-            self.cluster.procs = {}
         if self.cluster is not None:
             self._failed = self._failed or "closed"
 

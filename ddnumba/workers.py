@@ -42,6 +42,7 @@ import weakref
 
 import numpy as np
 
+from ddnumba.kernels import partition as _partition
 from ddnumba.updates import Updates
 
 _I64 = np.int64
@@ -261,7 +262,6 @@ class Cluster:
     def exchange(self, upd: Updates, kw: int) -> Updates:
         """All-to-all: each row goes to worker ``hash(row[:kw]) % W``; returns this
         worker's rows from everyone (its own first)."""
-        from ddnumba.kernels import partition as _partition
         self.seq += 1
         arity, dims = upd.data.shape[1], upd.times.shape[1]
         n = len(upd)
@@ -445,12 +445,7 @@ def shutdown(cl, *, timeout=5.0):
     deadline = time.monotonic() + timeout
     for p in cl.procs.values():
         p.join(max(0.0, deadline - time.monotonic()))
-    for p in cl.procs.values():
-        if p.is_alive():
-            p.kill()
-            p.join(2.0)
-    cl.close()
-    remove_blocks(cl.prefix)
+    _stop(cl)
 
 
 def fail(cl, exc):
@@ -500,6 +495,7 @@ def fail(cl, exc):
 
 
 def _stop(cl):
+    """Kill the workers still running, then release pipes and blocks."""
     for p in cl.procs.values():
         if p.is_alive():
             p.kill()

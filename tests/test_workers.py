@@ -392,3 +392,20 @@ def test_oracle_suite_with_workers(workers):
     tail = (proc.stdout + proc.stderr)[-3000:]
     assert proc.returncode == 0, tail
     assert " passed" in tail and "failed" not in tail
+
+
+def test_fork_after_openmp_warns(monkeypatch):
+    import numba
+    monkeypatch.setattr(numba, "threading_layer", lambda: "omp")
+    with dd.Dataflow(workers=2) as df:
+        h, c = df.new_input(["x"])
+        c.count().capture()
+        with pytest.warns(RuntimeWarning, match="OpenMP threading layer"):
+            df.run()
+    monkeypatch.setattr(numba, "threading_layer", lambda: "workqueue")
+    import warnings
+    with dd.Dataflow(workers=2) as df, warnings.catch_warnings():
+        warnings.simplefilter("error")
+        h, c = df.new_input(["x"])
+        c.count().capture()
+        df.run()
