@@ -67,6 +67,8 @@ def _all_nodes(df):
 def state_records(df):
     """Updates held by every trace of the dataflow (arrangements and reduce outputs);
     with workers, those of the driver's shard (worker 0)."""
+    if df._native:
+        return df._native.state_records()
     total = 0
     for node in _all_nodes(df):
         for attr in ("spine", "out"):

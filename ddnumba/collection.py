@@ -280,9 +280,9 @@ class Collection:
         return self.concat(self.semijoin(other, key=key).negate())
 
     # -- reduce family ----------------------------------------------------------------
-    def _reduce(self, kw, logic, ow, names, op, fast=None):
+    def _reduce(self, kw, logic, ow, names, op, fast=None, spec=None):
         arr = ArrangeNode(self.scope, self._node, kw, self.names)
-        node = ReduceNode(self.scope, arr, logic, ow, names, name=op, fast=fast)
+        node = ReduceNode(self.scope, arr, logic, ow, names, name=op, fast=fast, spec=spec)
         return self._new(node, names)
 
     def reduce(self, logic, *, key=1, names):
@@ -303,7 +303,7 @@ class Collection:
         """``(key..., count)``: the sum of the counts of each key's rows."""
         kw = _key_width(key, self.names, "count")
         return self._reduce(kw, _reduce_ops.logic_count, 1, self.names[:kw] + [name],
-                            "count", fast=("count", 0))
+                            "count", fast=("count", 0), spec=("count", 0))
 
     def sum(self, col, *, key=1, name=None):
         """``(key..., sum)`` of ``col * count`` over each key's rows."""
@@ -311,21 +311,23 @@ class Collection:
         c = self._value_col(col, kw, "sum")
         return self._reduce(kw, _reduce_ops.logic_sum(c), 1,
                             self.names[:kw] + [name or f"sum_{self.names[kw + c]}"], "sum",
-                            fast=("sum", c))
+                            fast=("sum", c), spec=("sum", c))
 
     def min(self, col=None, *, key=1, name=None):
         """``(key..., min)`` of ``col`` over rows with positive count."""
         kw = _key_width(key, self.names, "min")
         c = self._value_col(col, kw, "min")
         return self._reduce(kw, _reduce_ops.logic_min(c), 1,
-                            self.names[:kw] + [name or f"min_{self.names[kw + c]}"], "min")
+                            self.names[:kw] + [name or f"min_{self.names[kw + c]}"], "min",
+                            spec=("min", c))
 
     def max(self, col=None, *, key=1, name=None):
         """``(key..., max)`` of ``col`` over rows with positive count."""
         kw = _key_width(key, self.names, "max")
         c = self._value_col(col, kw, "max")
         return self._reduce(kw, _reduce_ops.logic_max(c), 1,
-                            self.names[:kw] + [name or f"max_{self.names[kw + c]}"], "max")
+                            self.names[:kw] + [name or f"max_{self.names[kw + c]}"], "max",
+                            spec=("max", c))
 
     def _value_col(self, col, kw, op):
         vals = self.names[kw:]
@@ -346,7 +348,7 @@ class Collection:
     def distinct(self):
         """Each row with positive count, once."""
         return self._reduce(self.arity, _reduce_ops.logic_distinct, 0, self.names,
-                            "distinct")
+                            "distinct", spec=("distinct", 0))
 
     def threshold(self, f):
         """Each row with its count ``c`` replaced by ``f(c)`` (vectorised over counts)."""
@@ -359,7 +361,7 @@ class Collection:
         if int(k) < 1:
             raise ValueError(f"top_k: k must be >= 1, got {k}")
         return self._reduce(kw, _reduce_ops.logic_top_k(int(k)), self.arity - kw,
-                            self.names, "top_k")
+                            self.names, "top_k", spec=("top_k", int(k)))
 
     # -- multiset operators (Naiad patent) --------------------------------------------
     def _pair(self, other, combine, op):

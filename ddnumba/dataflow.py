@@ -140,6 +140,10 @@ class Scope:
         if self.df.cluster is not None:
             raise RuntimeError("cannot add operators to a dataflow with workers after its "
                                "first run(); build the whole graph first")
+        if self.df._native:
+            raise RuntimeError("cannot add operators after the first run() of a dataflow "
+                               "on the native engine; build the whole graph first (or "
+                               "use Dataflow(engine='python'))")
         self.nodes.append(node)
 
     def all_nodes(self):
@@ -444,7 +448,7 @@ class Dataflow:
     [{'w': 1, 'count': 2, 'count_': 1}, {'w': 2, 'count': 1, 'count_': 1}]
     """
 
-    def __init__(self, *, time_dims=1, workers=None):
+    def __init__(self, *, time_dims=1, workers=None, engine=None):
         if int(time_dims) < 1:
             raise ValueError(f"Dataflow: time_dims must be >= 1, got {time_dims}")
         if workers is None:
@@ -457,6 +461,12 @@ class Dataflow:
                              f"{workers!r}")
         self.time_dims = int(time_dims)
         self.workers = int(w)
+        from ddnumba.native import ENGINES
+        engine = engine or os.environ.get("DDNUMBA_ENGINE", "auto")
+        if engine not in ENGINES:
+            raise ValueError(f"Dataflow: engine must be one of {ENGINES}, got {engine!r}")
+        self.engine = engine
+        self._native = None        # NativeEngine, False (Python engine), None (undecided)
         self.cluster = None        # set at the first run() when workers > 1
         self._failed = None
         self._captures = None      # capture nodes, listed once the graph is fixed
@@ -495,7 +505,13 @@ class Dataflow:
             raise RuntimeError(f"this dataflow failed in an earlier run() "
                                f"({self._failed}); build a new one") from None
         if self.workers == 1:
-            self.root.run_pass()
+            if self._native is None:
+                from ddnumba.native import compile_dataflow
+                self._native = compile_dataflow(self, self.engine) or False
+            if self._native:
+                self._native.run()
+            else:
+                self.root.run_pass()
         else:
             self._run_workers()
         self.runs += 1

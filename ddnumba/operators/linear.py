@@ -57,11 +57,42 @@ class MapNode(Node):
 
     def step(self):
         u = self.take()
-        if not len(u):
-            return
+        if len(u):
+            self.emit(self.apply(u))
+
+    def apply(self, u):
+        """The map of one non-empty batch (shared with the native runtime)."""
         out = self.f(*column_views(u.data))
-        self.emit(Updates(columns_to_matrix(out, len(u), "map", self.arity),
-                          u.times, u.diffs))
+        return Updates(columns_to_matrix(out, len(u), "map", self.arity), u.times, u.diffs)
+
+    def projection(self):
+        """The input columns this map returns, when ``f`` returns its argument arrays
+        themselves (a reordering or selection such as ``lambda a, b: (b, a)``); else
+        None. Probed on random columns twice; such maps run without calling ``f``."""
+        arity_in = self.inputs[0].arity
+        rng = np.random.default_rng(12345)
+        cols = None
+        for _ in range(2):
+            data = rng.integers(-2**62, 2**62, (3, arity_in))
+            views = column_views(data)
+            try:
+                out = self.f(*views)
+            except Exception:
+                return None
+            if isinstance(out, np.ndarray) and out.ndim == 1:
+                out = (out,)
+            if not isinstance(out, (tuple, list)) or len(out) != self.arity:
+                return None
+            got = []
+            for o in out:
+                idx = [i for i, v in enumerate(views) if o is v]
+                if not idx:
+                    return None
+                got.append(idx[0])
+            if cols is not None and got != cols:
+                return None
+            cols = got
+        return cols
 
 
 class FilterNode(Node):
@@ -73,16 +104,17 @@ class FilterNode(Node):
 
     def step(self):
         u = self.take()
-        if not len(u):
-            return
+        if len(u):
+            self.emit(self.apply(u))
+
+    def apply(self, u):
         mask = np.asarray(self.pred(*column_views(u.data)))
         if mask.dtype != np.bool_ or mask.shape != (len(u),):
             raise ValueError(f"filter: predicate must return a boolean mask of shape "
                              f"({len(u)},), got dtype {mask.dtype} shape {mask.shape}")
         if mask.all():
-            self.emit(u)
-        elif mask.any():
-            self.emit(u.take(mask))
+            return u
+        return u.take(mask)
 
 
 class FlatMapNode(Node):
@@ -94,8 +126,10 @@ class FlatMapNode(Node):
 
     def step(self):
         u = self.take()
-        if not len(u):
-            return
+        if len(u):
+            self.emit(self.apply(u))
+
+    def apply(self, u):
         out = self.f(*column_views(u.data))
         if not isinstance(out, (tuple, list)) or len(out) != self.arity + 1:
             raise ValueError(f"flat_map: function must return (row_index, "
@@ -104,8 +138,8 @@ class FlatMapNode(Node):
         if idx.size and (idx.min() < 0 or idx.max() >= len(u)):
             raise ValueError(f"flat_map: row_index values must be in [0, {len(u)})")
         mat = columns_to_matrix(list(out[1:]), len(idx), "flat_map", self.arity)
-        self.emit(Updates(mat, np.ascontiguousarray(u.times[idx]),
-                          np.ascontiguousarray(u.diffs[idx])))
+        return Updates(mat, np.ascontiguousarray(u.times[idx]),
+                       np.ascontiguousarray(u.diffs[idx]))
 
 
 class ConcatNode(Node):
@@ -147,9 +181,12 @@ class InspectNode(Node):
     def step(self):
         u = self.take()
         if len(u):
-            from ddnumba.io.arrow import updates_to_table
-            self.f(updates_to_table(u, self.names))
-            self.emit(u)
+            self.emit(self.apply(u))
+
+    def apply(self, u):
+        from ddnumba.io.arrow import updates_to_table
+        self.f(updates_to_table(u, self.names))
+        return u
 
 
 class DelayNode(Node):
@@ -163,7 +200,9 @@ class DelayNode(Node):
 
     def step(self):
         u = self.take()
-        if not len(u):
-            return
+        if len(u):
+            self.emit(self.apply(u))
+
+    def apply(self, u):
         new = np.asarray(self.f(u.times.copy()), dtype=_I64).reshape(u.times.shape)
-        self.emit(Updates(u.data, np.ascontiguousarray(np.maximum(u.times, new)), u.diffs))
+        return Updates(u.data, np.ascontiguousarray(np.maximum(u.times, new)), u.diffs)

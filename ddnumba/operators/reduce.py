@@ -47,10 +47,14 @@ class ReduceNode(Node):
 
     kind = "reduce"
 
-    def __init__(self, scope, arranged, logic, ow, names, *, name=None, fast=None):
+    def __init__(self, scope, arranged, logic, ow, names, *, name=None, fast=None,
+                 spec=None):
         # ``fast = ("count" | "sum", col)``: with one time coordinate, count and sum are
         # computed by walking each key's updates once (kernels.reduce.count_sum_1d).
         self.fast = fast
+        # ``spec = (name, param)`` names built-in logic the native runtime runs itself
+        # (count, sum, min, max, distinct, top_k); None: it calls ``logic`` back.
+        self.spec = spec
         self.arranged = arranged
         self.kw = arranged.kw
         self.ow = ow

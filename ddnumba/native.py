@@ -1,0 +1,360 @@
+"""The native engine: a dataflow compiled into one program for the compiled runtime.
+
+:mod:`ddnumba.kernels.runtime` executes a whole dataflow (loops included) inside one
+compiled call per :meth:`Dataflow.run`; this module translates the graph that the
+:class:`~ddnumba.collection.Collection` methods built into that runtime's *program*
+(arrays of operator kinds, wiring and parameters), owns the runtime's state, feeds the
+inputs, calls user functions back when the compiled code asks, and hands captured
+output and frontiers back to the Python objects users hold (``Captured``, ``Probe``).
+
+Which engine runs a dataflow: ``Dataflow(engine=...)`` or the ``DDNUMBA_ENGINE``
+environment variable: ``"auto"`` (default) uses the native engine whenever it supports
+the graph, ``"native"`` requires it (``ValueError`` naming what is unsupported),
+``"python"`` always steps operators from Python. The native engine supports one outer
+time coordinate, one worker and loops that are not nested; every operator of the
+library is supported (user functions are called back from the compiled code; ``map``
+functions that return their argument columns, such as ``lambda a, b: (b, a)``, run
+as native projections). Both engines give identical results; the Python engine is the
+reference the tests compare against.
+
+The graph is fixed at the first ``run()``: adding operators afterwards raises.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from ddnumba.kernels import runtime as _rt
+from ddnumba.updates import Updates
+
+_I64 = np.int64
+_INF = np.iinfo(np.int64).max
+
+ENGINES = ("auto", "native", "python")
+
+
+class Unsupported(Exception):
+    """The graph uses something the native engine does not run (the message says what)."""
+
+
+def _nodes_in_order(df):
+    """Root nodes in schedule order, and per loop its nodes in schedule order."""
+    from ddnumba.operators.iterate import LoopNode
+    root = list(df.root.nodes)
+    loops = []
+    for node in root:
+        if isinstance(node, LoopNode):
+            for inner in node.child.nodes:
+                if isinstance(inner, LoopNode):
+                    raise Unsupported(f"nested loop {inner.child.name!r} inside loop "
+                                      f"{node.child.name!r}")
+            loops.append(node)
+    return root, loops
+
+
+def check_supported(df):
+    """Raise :class:`Unsupported` when the native engine cannot run ``df``."""
+    if df.time_dims != 1:
+        raise Unsupported(f"time_dims={df.time_dims} (the native engine runs one outer "
+                          f"time coordinate)")
+    if df.workers != 1:
+        raise Unsupported(f"workers={df.workers}")
+    _nodes_in_order(df)
+
+
+class NativeEngine:
+    """The compiled program and state of one dataflow."""
+
+    def __init__(self, df):
+        from ddnumba.operators import linear as L
+        from ddnumba.operators.arrange import ArrangeNode
+        from ddnumba.operators.iterate import (EnterNode, FeedbackNode, LeaveNode,
+                                               LoopNode)
+        from ddnumba.operators.join import JoinNode
+        from ddnumba.operators.output import CaptureNode, ProbeNode
+        from ddnumba.operators.reduce import ReduceNode
+        from ddnumba.dataflow import InputNode
+
+        check_supported(df)
+        self.df = df
+        root, loops = _nodes_in_order(df)
+        order = list(root)
+        for lp in loops:
+            order.extend(lp.child.nodes)
+        self.nodes = order
+        ids = {id(n): i for i, n in enumerate(order)}
+        N = len(order)
+        loop_index = {id(lp): li for li, lp in enumerate(loops)}
+        scope_of = np.full(N, -1, _I64)       # -1 root, else loop index
+        for li, lp in enumerate(loops):
+            for inner in lp.child.nodes:
+                scope_of[ids[id(inner)]] = li
+
+        kind = np.zeros(N, _I64)
+        prm = np.zeros((N, 8), _I64)
+        proj = []
+        self.callbacks = {}           # node id -> Python node (batch callbacks)
+        self.logic = {}               # node id -> reduce node (logic callbacks)
+        self.captures = []            # (node, out id)
+        self.probes = []
+        spine_scope = []              # scope group of each spine (0 root, l + 1 loop l)
+        spine_nodes = []              # nodes bounding each spine's compaction (root)
+        self.spine_owner = []         # (node, "arrange" | "reduce")
+        n_held = 0
+        pend_w = []
+        inputs = {id(h): i for i, h in enumerate(df.inputs)}
+        for i, node in enumerate(order):
+            group = int(scope_of[i]) + 1
+            if isinstance(node, InputNode):
+                kind[i] = _rt.K_INPUT
+                prm[i, 0] = inputs[id(node.handle)]
+            elif isinstance(node, L.MapNode):
+                cols = node.projection()
+                if cols is not None:
+                    kind[i] = _rt.K_PROJECT
+                    prm[i, 0] = len(proj)
+                    prm[i, 1] = len(cols)
+                    proj.extend(cols)
+                else:
+                    kind[i] = _rt.K_CALLBACK
+                    self.callbacks[i] = node
+            elif isinstance(node, (L.FilterNode, L.FlatMapNode, L.InspectNode,
+                                   L.DelayNode)):
+                kind[i] = _rt.K_CALLBACK
+                self.callbacks[i] = node
+            elif isinstance(node, L.ConcatNode):
+                kind[i] = _rt.K_CONCAT
+            elif isinstance(node, L.NegateNode):
+                kind[i] = _rt.K_NEGATE
+            elif isinstance(node, L.ConsolidateNode):
+                kind[i] = _rt.K_CONSOLIDATE
+            elif isinstance(node, ArrangeNode):
+                kind[i] = _rt.K_ARRANGE
+                prm[i, 0] = node.arity
+                prm[i, 1] = len(spine_scope)
+                prm[i, 2] = n_held
+                n_held += 1
+                spine_scope.append(group)
+                spine_nodes.append([i] + [ids[id(c)] for c, _ in node.consumers])
+                self.spine_owner.append((node, "arrange"))
+            elif isinstance(node, JoinNode):
+                kind[i] = _rt.K_JOIN
+                prm[i, 0] = ids[id(node.left)]
+                prm[i, 1] = ids[id(node.right)]
+                prm[i, 2] = node.kw
+            elif isinstance(node, ReduceNode):
+                kind[i] = _rt.K_REDUCE
+                prm[i, 0] = ids[id(node.arranged)]
+                prm[i, 1] = len(spine_scope)
+                prm[i, 2] = len(pend_w)
+                prm[i, 3] = node.kw
+                prm[i, 4] = node.arranged.vw
+                prm[i, 5] = node.ow
+                spec = getattr(node, "spec", None)
+                if spec is None:
+                    prm[i, 6] = _rt.L_CALLBACK
+                    self.logic[i] = node
+                else:
+                    prm[i, 6] = _rt.LOGIC[spec[0]]
+                    prm[i, 7] = int(spec[1])
+                pend_w.append(node.kw + 1)
+                spine_scope.append(group)
+                spine_nodes.append([i])
+                self.spine_owner.append((node, "reduce"))
+            elif isinstance(node, EnterNode):
+                kind[i] = _rt.K_ENTER
+            elif isinstance(node, LeaveNode):
+                kind[i] = _rt.K_LEAVE
+            elif isinstance(node, FeedbackNode):
+                kind[i] = _rt.K_FEEDBACK
+            elif isinstance(node, LoopNode):
+                kind[i] = _rt.K_LOOP
+                prm[i, 0] = loop_index[id(node)]
+            elif isinstance(node, CaptureNode):
+                kind[i] = _rt.K_CAPTURE
+                prm[i, 0] = len(self.captures)
+                self.captures.append(node)
+            elif isinstance(node, ProbeNode):
+                kind[i] = _rt.K_PROBE
+                self.probes.append(node)
+            else:
+                raise Unsupported(f"operator {node!r}")
+            if kind[i] in (_rt.K_CONSOLIDATE, _rt.K_LEAVE, _rt.K_FEEDBACK, _rt.K_CALLBACK):
+                prm[i, 1] = node.inputs[0].arity if node.inputs else node.arity
+            if kind[i] == _rt.K_JOIN:
+                prm[i, 3] = node.arity
+
+        # Wiring: inputs per port, consumers per node, queue ids.
+        in_offs = np.zeros(N + 1, _I64)
+        in_src = []
+        cons_offs = np.zeros(N + 1, _I64)
+        cons = []
+        qbase = np.zeros(N, _I64)
+        nq = 0
+        for i, node in enumerate(order):
+            srcs = [ids[id(x)] for x in node.inputs]
+            in_src.extend(srcs)
+            in_offs[i + 1] = len(in_src)
+            qbase[i] = nq
+            nq += max(1, len(srcs))
+            for c, port in node.consumers:
+                if id(c) not in ids:
+                    raise Unsupported(f"{node!r} feeds {c!r}, which is not scheduled")
+                cons.append((ids[id(c)], port))
+            cons_offs[i + 1] = len(cons)
+        for i, node in enumerate(order):
+            if isinstance(node, FeedbackNode) and not node.inputs:
+                raise Unsupported("a loop variable was never set")
+
+        L_ = len(loops)
+        root_order = np.array([ids[id(n)] for n in root], _I64)
+        lo_offs = np.zeros(L_ + 1, _I64)
+        lo = []
+        en_offs = np.zeros(L_ + 1, _I64)
+        en = []
+        maxit = np.full(max(L_, 1), -1, _I64)
+        for li, lp in enumerate(loops):
+            lo.extend(ids[id(n)] for n in lp.child.nodes)
+            lo_offs[li + 1] = len(lo)
+            en.extend(ids[id(e)] for e in lp.child.enter_nodes)
+            en_offs[li + 1] = len(en)
+            if lp.child.max_iterations is not None:
+                maxit[li] = int(lp.child.max_iterations)
+        # Spines grouped by scope (root first, then each loop).
+        S = len(spine_scope)
+        sorder = sorted(range(S), key=lambda s: (spine_scope[s], s))
+        sp_offs = np.zeros(L_ + 2, _I64)
+        for s in range(S):
+            sp_offs[spine_scope[s] + 1] += 1
+        sp_offs = np.cumsum(sp_offs).astype(_I64)
+        sn_offs = np.zeros(S + 1, _I64)
+        sn = []
+        for s in range(S):
+            sn.extend(spine_nodes[s])
+            sn_offs[s + 1] = len(sn)
+
+        def arr(x):
+            return np.ascontiguousarray(np.asarray(x, dtype=_I64).reshape(-1))
+
+        self.prog = (kind, in_offs, arr(in_src), cons_offs, arr([c for c, _ in cons]),
+                     arr([p for _, p in cons]), qbase, np.ascontiguousarray(prm),
+                     arr(proj), root_order, lo_offs, arr(lo), en_offs, arr(en), maxit,
+                     sp_offs, arr(sorder), sn_offs, arr(sn))
+        self.kind = kind
+        self.qbase = qbase
+        self.loops = loops
+        self.input_nodes = [ids[id(n)] for n in order if isinstance(n, InputNode)]
+        self.input_qid = {inputs[id(n.handle)]: int(qbase[ids[id(n)]])
+                          for n in order if isinstance(n, InputNode)}
+        self.root_scope = scope_of
+        self.st = _rt.new_state(nq, S, n_held, len(pend_w), arr(pend_w) if pend_w else
+                                np.zeros(0, _I64), len(self.captures), N, max(L_, 1))
+        self.frontiers = np.zeros(len(df.inputs), _I64)
+        self.n_nodes = N
+
+    # ------------------------------------------------------------------ callbacks
+    def _batch_cb(self, n, data, times, diffs):
+        node = self.callbacks[n]
+        root = self.root_scope[n] < 0
+        u = Updates(data, np.ascontiguousarray(times[:, :1]) if root else times, diffs)
+        out = node.apply(u)
+        t = out.times
+        if root:
+            t2 = np.zeros((len(out), 2), _I64)
+            t2[:, :1] = t
+            t = t2
+        return (np.ascontiguousarray(out.data, dtype=_I64),
+                np.ascontiguousarray(t, dtype=_I64),
+                np.ascontiguousarray(out.diffs, dtype=_I64))
+
+    def _logic_cb(self, n, mom_offs, acc_vals, acc_counts):
+        node = self.logic[n]
+        offs, vals, counts = node.logic(mom_offs, acc_vals, acc_counts)
+        return (np.ascontiguousarray(offs, dtype=_I64),
+                np.ascontiguousarray(vals, dtype=_I64).reshape(len(counts), node.ow),
+                np.ascontiguousarray(counts, dtype=_I64))
+
+    def _warn_cb(self, loop, k):
+        warnings.warn(f"loop {self.loops[loop].child.name!r} is at iteration {k} and still "
+                      f"changing; pass max_iterations= to stop a loop that does not "
+                      f"converge", RuntimeWarning, stacklevel=4)
+
+    # ------------------------------------------------------------------ running
+    def run(self):
+        df = self.df
+        q = self.st[0]
+        for i, h in enumerate(df.inputs):
+            u = h._drain()
+            if u is not None and len(u):
+                t = np.zeros((len(u), 2), _I64)
+                t[:, 0] = u.times[:, 0]
+                # Batches are never written to, but the compiled code's batch type is
+                # writeable (Arrow zero-copy columns are read-only): copy those.
+                q[self.input_qid[i]].append((_writeable(u.data), t, _writeable(u.diffs)))
+            f = h.frontier
+            self.frontiers[i] = _INF if (h.closed or len(f) == 0) else f[0, 0]
+        saved = list(_rt._HOOKS)
+        _rt.set_hooks(self._batch_cb, self._logic_cb, self._warn_cb)
+        try:
+            status = _rt.run(self.prog, self.st, self.frontiers)
+        finally:
+            _rt._HOOKS[:] = saved
+        if status == _rt.ITERATION_LIMIT:
+            from ddnumba.operators.iterate import IterationLimitError
+            info = self.st[9]
+            lp = self.loops[int(info[0])].child
+            raise IterationLimitError(
+                f"loop {lp.name!r} did not converge within max_iterations="
+                f"{lp.max_iterations} (still changing at iteration {int(info[1])}); raise "
+                f"the limit or check that the loop body reaches a fixed point")
+        self._sync_outputs()
+
+    def _sync_outputs(self):
+        nf = self.st[7]
+        for idx, node in enumerate(self.captures):
+            lst = self.st[6][idx]
+            if len(lst):
+                d, t, f = _rt.take_output(self.st, idx)
+                node.parts.append(Updates(d, np.ascontiguousarray(t[:, :1]), f))
+                node._consolidated = None
+            node.frontier = _frontier(nf[self._node_id(node)])
+        for node in self.probes:
+            node.frontier = _frontier(nf[self._node_id(node)])
+
+    def _node_id(self, node):
+        ids = getattr(self, "_ids", None)
+        if ids is None:
+            ids = self._ids = {id(n): i for i, n in enumerate(self.nodes)}
+        return ids[id(node)]
+
+    # ------------------------------------------------------------------ statistics
+    def state_records(self):
+        """Updates held by every trace (arrangements and reduce outputs)."""
+        return int(_rt.spine_sizes(self.st).sum())
+
+    def rounds(self):
+        """Loop rounds run so far (all loops, all runs)."""
+        return int(self.st[9][2])
+
+
+def _writeable(a):
+    return np.require(a, _I64, ["C", "W"])
+
+
+def _frontier(v):
+    if v == _INF:
+        return np.empty((0, 1), _I64)
+    return np.array([[v]], _I64)
+
+
+def compile_dataflow(df, engine):
+    """The native engine for ``df``, or None when the Python engine should run it."""
+    if engine == "python":
+        return None
+    try:
+        return NativeEngine(df)
+    except Unsupported as e:
+        if engine == "native":
+            raise ValueError(f"Dataflow(engine='native'): not supported: {e}") from None
+        return None

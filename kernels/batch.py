@@ -1,0 +1,500 @@
+"""Flat update batches for the native runtime: sort, consolidate, merge, seek.
+
+A *flat batch* is a triple ``(data[n, w], times[n, 2], diffs[n])`` of C-contiguous int64
+arrays, strictly sorted by ``(data, time)`` (lexicographically, data columns first) with
+no zero diff: the consolidated form of :mod:`ddnumba.kernels.consolidate`, without the
+trie's offset layers. The first ``kw`` data columns are the key. Times have two
+coordinates ``(t, i)``: the outer time (totally ordered) and the iteration counter
+(``0`` outside loops); lexicographic order on them extends the product order.
+
+Everything here is ``@njit`` end to end (no Python orchestration between the steps),
+because the native runtime (:mod:`ddnumba.kernels.runtime`) calls these functions from
+compiled code, many times per round:
+
+* :func:`sort_consolidate` packs the columns into one or more 64-bit words (per-column
+  minimum and bit width, as :mod:`ddnumba.kernels.sort`) and radix-sorts them; a handful
+  of updates are insertion-sorted instead.
+* :func:`merge` merges two batches and *compacts* them: every outer time ``t`` is
+  replaced by ``max(t, since)``. For the frontiers of a totally ordered outer time with
+  an iteration counter (``{(s, 0)}``, or ``{(p, 0), (q, k + 1)}`` with ``q <= p``,
+  which advances like ``{(q, 0)}``) this is exactly ``advance(t, F)`` of DESIGN.md
+  section 4: every time a reader can still ask about (``t' >= s``) compares with the
+  advanced time as with the original, and times that no reader can tell apart collapse
+  and are summed.
+* :func:`seek` gallops through a batch's keys: sorted queries cost ``O(log gap)`` each.
+"""
+import numpy as np
+from numba import njit
+
+from .rows import add_checked
+from .sort import _bucket_sort, _column_widths, _lsd_sort, _pack_word, _unpack_word
+
+__all__ = ["sort_consolidate", "merge", "seek", "concat_batches", "empty_batch",
+           "is_consolidated"]
+
+_SMALL = 32          # below this many updates, insertion sort
+_BUCKET_LOG = 14     # as kernels.sort: ~16 K keys per bucket
+_MAX_BUCKET_BITS = 22
+_LSD_DIGIT = 11
+
+
+@njit(cache=True, nogil=True)
+def empty_batch(w):
+    """An empty batch of width ``w``."""
+    return (np.empty((0, w), np.int64), np.empty((0, 2), np.int64),
+            np.empty(0, np.int64))
+
+
+@njit(cache=True, nogil=True)
+def _cmp_upd(da, ta, i, db, tb, j):
+    """Compare update ``i`` of ``(da, ta)`` with update ``j`` of ``(db, tb)``."""
+    for c in range(da.shape[1]):
+        x = da[i, c]
+        y = db[j, c]
+        if x != y:
+            return -1 if x < y else 1
+    for c in range(2):
+        x = ta[i, c]
+        y = tb[j, c]
+        if x != y:
+            return -1 if x < y else 1
+    return 0
+
+
+@njit(cache=True, nogil=True)
+def _cmp_data(da, i, db, j):
+    for c in range(da.shape[1]):
+        x = da[i, c]
+        y = db[j, c]
+        if x != y:
+            return -1 if x < y else 1
+    return 0
+
+
+@njit(cache=True, nogil=True)
+def _cmp_prefix(a, i, b, j, w):
+    """Compare the first ``w`` columns of ``a[i]`` and ``b[j]``."""
+    for c in range(w):
+        x = a[i, c]
+        y = b[j, c]
+        if x != y:
+            return -1 if x < y else 1
+    return 0
+
+
+@njit(cache=True, nogil=True)
+def is_consolidated(data, times, diffs):
+    """True when the batch is strictly sorted by (data, time) with no zero diff."""
+    for i in range(diffs.shape[0]):
+        if diffs[i] == 0:
+            return False
+        if i > 0 and _cmp_upd(data, times, i - 1, data, times, i) >= 0:
+            return False
+    return True
+
+
+# ------------------------------------------------------------------------------ sorting
+
+
+@njit(cache=True, nogil=True)
+def _bits(x):
+    n = np.int64(0)
+    while x != 0:
+        x >>= 1
+        n += 1
+    return n
+
+
+@njit(cache=True, nogil=True)
+def _sort_keys(keys, payload, use_index, nbits):
+    """Stable sort of uint64 ``keys`` (< 2**nbits) with payload (or row index)."""
+    n = keys.shape[0]
+    out_k = np.empty(n, np.uint64)
+    out_p = np.empty(n, np.int64)
+    if nbits == 0 or n <= 1:
+        for i in range(n):
+            out_k[i] = keys[i]
+            out_p[i] = i if use_index else payload[i]
+        return out_k, out_p
+    h = min(nbits, max(0, _bits(n) - _BUCKET_LOG))
+    cap = min(nbits, _MAX_BUCKET_BITS, max(_bits(n) + 2, 8))
+    for _ in range(3):
+        excess = _bucket_sort(keys, payload, use_index, nbits, h, out_k, out_p)
+        if excess == 0:
+            return out_k, out_p
+        if h >= cap:
+            break
+        h = min(cap, h + excess + 1)
+    _lsd_sort(keys, payload, use_index, nbits, _LSD_DIGIT, out_k, out_p)
+    return out_k, out_p
+
+
+@njit(cache=True, nogil=True)
+def _layout(data, times):
+    """Pack the columns of ``[data | times]`` into 64-bit words, least significant
+    column first. Returns per-column minimum, width, word (-1: constant) and shift,
+    and per word its bit count."""
+    ka = data.shape[1]
+    k = ka + times.shape[1]
+    mins = np.zeros(k, np.int64)
+    widths = np.zeros(k, np.int64)
+    if ka:
+        _column_widths(data, mins, widths, 0)
+    _column_widths(times, mins, widths, ka)
+    word_of = np.full(k, -1, np.int64)
+    shifts = np.zeros(k, np.int64)
+    word_bits = np.zeros(k + 1, np.int64)
+    nw = np.int64(0)
+    cur = np.int64(0)
+    for c in range(k - 1, -1, -1):
+        w = widths[c]
+        if w == 0:
+            continue
+        if cur + w > 64:
+            word_bits[nw] = cur
+            nw += 1
+            cur = np.int64(0)
+        word_of[c] = nw
+        shifts[c] = cur
+        cur += w
+    if cur:
+        word_bits[nw] = cur
+        nw += 1
+    return mins, widths, word_of, shifts, word_bits[:nw]
+
+
+@njit(cache=True, nogil=True)
+def _insertion_perm(data, times):
+    n = data.shape[0]
+    idx = np.empty(n, np.int64)
+    for i in range(n):
+        idx[i] = i
+    for i in range(1, n):
+        x = idx[i]
+        j = i
+        while j > 0 and _cmp_upd(data, times, idx[j - 1], data, times, x) > 0:
+            idx[j] = idx[j - 1]
+            j -= 1
+        idx[j] = x
+    return idx
+
+
+@njit(cache=True, nogil=True)
+def _sum_perm(data, times, diffs, perm):
+    """Consolidate updates visited in the sorting order ``perm``."""
+    n = perm.shape[0]
+    w = data.shape[1]
+    od = np.empty((n, w), np.int64)
+    ot = np.empty((n, 2), np.int64)
+    of = np.empty(n, np.int64)
+    k = np.int64(0)
+    r = np.int64(0)
+    while r < n:
+        first = perm[r]
+        s = diffs[first]
+        carry = np.int64(0)
+        r += 1
+        while r < n and _cmp_upd(data, times, first, data, times, perm[r]) == 0:
+            x = diffs[perm[r]]
+            s, o = add_checked(s, x)
+            if o:
+                carry += 1 if x > 0 else -1
+            r += 1
+        if carry != 0:
+            raise OverflowError("consolidate: a sum of diffs overflows int64")
+        if s != 0:
+            for c in range(w):
+                od[k, c] = data[first, c]
+            ot[k, 0] = times[first, 0]
+            ot[k, 1] = times[first, 1]
+            of[k] = s
+            k += 1
+    return _trim(od, ot, of, k)
+
+
+@njit(cache=True, nogil=True)
+def _trim(data, times, diffs, k):
+    """The first ``k`` updates; copied when that frees most of the buffers."""
+    if 4 * k < 3 * diffs.shape[0]:
+        return data[:k].copy(), times[:k].copy(), diffs[:k].copy()
+    return data[:k], times[:k], diffs[:k]
+
+
+@njit(cache=True, nogil=True)
+def sort_consolidate(data, times, diffs):
+    """Sort updates by (data, time), sum equal pairs, drop zeros: a flat batch.
+
+    Inputs are not modified. Raises ``OverflowError`` when a group's sum leaves int64.
+    """
+    n = diffs.shape[0]
+    w = data.shape[1]
+    if n <= _SMALL:
+        return _sum_perm(data, times, diffs, _insertion_perm(data, times))
+    mins, widths, word_of, shifts, word_bits = _layout(data, times)
+    nw = word_bits.shape[0]
+    empty = np.empty(0, np.int64)
+    if nw <= 1:
+        keys = np.empty(n, np.uint64)
+        if nw == 1:
+            _pack_word(data, times, mins, word_of, shifts, 0, empty, False, keys)
+        else:
+            for r in range(n):
+                keys[r] = 0
+        sk, sd = _sort_keys(keys, diffs, False, word_bits[0] if nw == 1 else 0)
+        # Sum runs of equal keys in place.
+        k = np.int64(0)
+        r = np.int64(0)
+        while r < n:
+            key = sk[r]
+            s = sd[r]
+            carry = np.int64(0)
+            r += 1
+            while r < n and sk[r] == key:
+                x = sd[r]
+                s, o = add_checked(s, x)
+                if o:
+                    carry += 1 if x > 0 else -1
+                r += 1
+            if carry != 0:
+                raise OverflowError("consolidate: a sum of diffs overflows int64")
+            if s != 0:
+                sk[k] = key
+                sd[k] = s
+                k += 1
+        od = np.empty((k, w), np.int64)
+        ot = np.empty((k, 2), np.int64)
+        _unpack_word(sk, k, mins, widths, shifts, od, ot)
+        return od, ot, (sd if k == n else sd[:k].copy())
+    # Several words: LSD over words, carrying the permutation.
+    keys = np.empty(n, np.uint64)
+    perm = np.arange(n)
+    for word in range(nw):
+        _pack_word(data, times, mins, word_of, shifts, word, perm, word > 0, keys)
+        _, perm = _sort_keys(keys, perm, word == 0, word_bits[word])
+    return _sum_perm(data, times, diffs, perm)
+
+
+@njit(cache=True, nogil=True)
+def concat_batches(parts, w):
+    """Concatenate a list of (unsorted) update triples into one triple."""
+    n = np.int64(0)
+    for p in parts:
+        n += p[2].shape[0]
+    od = np.empty((n, w), np.int64)
+    ot = np.empty((n, 2), np.int64)
+    of = np.empty(n, np.int64)
+    o = np.int64(0)
+    for p in parts:
+        pd, pt, pf = p
+        for r in range(pf.shape[0]):
+            for c in range(w):
+                od[o, c] = pd[r, c]
+            ot[o, 0] = pt[r, 0]
+            ot[o, 1] = pt[r, 1]
+            of[o] = pf[r]
+            o += 1
+    return od, ot, of
+
+
+# ------------------------------------------------------------------------------ merging
+
+
+@njit(cache=True, nogil=True)
+def _sort_group(times, diffs, lo, hi):
+    """Sort updates ``[lo, hi)`` of one data row by time (insertion sort; groups
+    are short: one row's distinct times after compaction)."""
+    for i in range(lo + 1, hi):
+        t0 = times[i, 0]
+        t1 = times[i, 1]
+        dv = diffs[i]
+        j = i
+        while j > lo and (times[j - 1, 0] > t0 or (times[j - 1, 0] == t0 and
+                                                   times[j - 1, 1] > t1)):
+            times[j, 0] = times[j - 1, 0]
+            times[j, 1] = times[j - 1, 1]
+            diffs[j] = diffs[j - 1]
+            j -= 1
+        times[j, 0] = t0
+        times[j, 1] = t1
+        diffs[j] = dv
+
+
+@njit(cache=True, nogil=True)
+def _close_group(ot, of, start, k, advanced):
+    """Finish the output group of one data row at ``[start, k)``. When its times were
+    advanced or summed they may be out of order, repeated or zero: re-sort them if
+    needed, sum equal ones and drop zeros. Returns the group's new end."""
+    if not advanced:
+        return k
+    for i in range(start + 1, k):
+        if ot[i - 1, 0] > ot[i, 0] or (ot[i - 1, 0] == ot[i, 0] and ot[i - 1, 1] > ot[i, 1]):
+            _sort_group(ot, of, start, k)
+            break
+    o = start
+    r = start
+    while r < k:
+        t0 = ot[r, 0]
+        t1 = ot[r, 1]
+        s = of[r]
+        carry = np.int64(0)
+        r += 1
+        while r < k and ot[r, 0] == t0 and ot[r, 1] == t1:
+            x = of[r]
+            s, ov = add_checked(s, x)
+            if ov:
+                carry += 1 if x > 0 else -1
+            r += 1
+        if carry != 0:
+            raise OverflowError("merge: a sum of diffs overflows int64")
+        if s != 0:
+            ot[o, 0] = t0
+            ot[o, 1] = t1
+            of[o] = s
+            o += 1
+    return o
+
+
+@njit(cache=True, nogil=True)
+def merge(a, b, since):
+    """Merge two flat batches into one, advancing outer times to ``>= since``.
+
+    ``a`` and ``b`` are consolidated; so is the result (equal updates summed, zeros
+    dropped). ``since`` is the compaction frontier's outer time (``-2**63`` for none).
+    """
+    ad, at, af = a
+    bd, bt, bf = b
+    na = af.shape[0]
+    nb = bf.shape[0]
+    w = ad.shape[1]
+    n = na + nb
+    od = np.empty((n, w), np.int64)
+    ot = np.empty((n, 2), np.int64)
+    of = np.empty(n, np.int64)
+    i = np.int64(0)
+    j = np.int64(0)
+    k = np.int64(0)
+    while i < na or j < nb:
+        # The next data row and the group of updates of that row in both inputs.
+        if j >= nb:
+            src = np.int64(0)
+        elif i >= na:
+            src = 1
+        else:
+            c = _cmp_data(ad, i, bd, j)
+            src = 0 if c < 0 else (1 if c > 0 else 2)
+        start = k
+        advanced = False
+        ra = np.int64(0)
+        rb = np.int64(0)
+        if src == 0:
+            r = i
+            while i < na and _cmp_data(ad, r, ad, i) == 0:
+                i += 1
+            row_src = ad
+            row_i = r
+        elif src == 1:
+            r = j
+            while j < nb and _cmp_data(bd, r, bd, j) == 0:
+                j += 1
+            row_src = bd
+            row_i = r
+        else:
+            r = i
+            ra = i
+            while i < na and _cmp_data(ad, ra, ad, i) == 0:
+                i += 1
+            rb = j
+            while j < nb and _cmp_data(bd, rb, bd, j) == 0:
+                j += 1
+            row_src = ad
+            row_i = ra
+        # Times of the group: merged by time from both sources (each sorted), then
+        # advanced; summing equal times happens in _close_group or below.
+        if src == 2:
+            x = ra
+            y = rb
+            while x < i or y < j:
+                take_a = y >= j or (x < i and (at[x, 0] < bt[y, 0] or (
+                    at[x, 0] == bt[y, 0] and at[x, 1] <= bt[y, 1])))
+                if take_a:
+                    t0 = at[x, 0]
+                    t1 = at[x, 1]
+                    dv = af[x]
+                    x += 1
+                else:
+                    t0 = bt[y, 0]
+                    t1 = bt[y, 1]
+                    dv = bf[y]
+                    y += 1
+                if t0 < since:
+                    t0 = since
+                ot[k, 0] = t0
+                ot[k, 1] = t1
+                of[k] = dv
+                k += 1
+            # Equal times of the two inputs are summed (zeros dropped) in _close_group.
+            advanced = True
+        else:
+            st = at if src == 0 else bt
+            sf = af if src == 0 else bf
+            end = i if src == 0 else j
+            for x in range(r, end):
+                t0 = st[x, 0]
+                if t0 < since:
+                    t0 = since
+                    advanced = True
+                ot[k, 0] = t0
+                ot[k, 1] = st[x, 1]
+                of[k] = sf[x]
+                k += 1
+        k = _close_group(ot, of, start, k, advanced)
+        for q in range(start, k):
+            for c in range(w):
+                od[q, c] = row_src[row_i, c]
+    return _trim(od, ot, of, k)
+
+
+@njit(cache=True, nogil=True)
+def advance(batch, since):
+    """Compact one batch to ``since`` (see :func:`merge`)."""
+    d, t, f = batch
+    lo = np.int64(0)
+    for i in range(f.shape[0]):
+        if t[i, 0] < since:
+            lo = 1
+            break
+    if lo == 0:
+        return batch
+    return merge(batch, empty_batch(d.shape[1]), np.int64(since))
+
+
+# ------------------------------------------------------------------------------ seeking
+
+
+@njit(cache=True, nogil=True)
+def seek(data, start, keys, ki, kw, strict):
+    """First index ``i >= start`` whose key (first ``kw`` columns of ``data[i]``) is
+    ``>= keys[ki, :kw]`` (``>`` when ``strict``), galloping from ``start``.
+
+    Precondition: every row before ``start`` is below the bound.
+    """
+    n = data.shape[0]
+    limit = 1 if strict else 0
+    if start >= n or _cmp_prefix(data, start, keys, ki, kw) >= limit:
+        return start
+    lo = start
+    step = 1
+    hi = start + 1
+    while hi < n and _cmp_prefix(data, hi, keys, ki, kw) < limit:
+        lo = hi
+        step *= 2
+        hi = lo + step
+    if hi > n:
+        hi = n
+    while hi - lo > 1:
+        mid = (lo + hi) >> 1
+        if _cmp_prefix(data, mid, keys, ki, kw) < limit:
+            lo = mid
+        else:
+            hi = mid
+    return hi

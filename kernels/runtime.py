@@ -1,0 +1,1283 @@
+"""The native runtime: a whole dataflow executed by compiled code, loops included.
+
+The Python engine (:mod:`ddnumba.dataflow`) steps every operator from Python; a round
+of a loop then costs tens of Python calls per operator, which dominates small updates
+(a single edge change can take a dozen rounds). This module runs the same operator
+graph inside one compiled call per ``Dataflow.run()``: the graph is a *program* of
+int64 arrays (operator kinds, wiring, parameters) and the state lives in typed lists of
+flat batches (:mod:`ddnumba.kernels.batch`). User functions (``map``, ``filter``,
+``reduce`` logic, ...) are called back in Python through ``objmode`` (~1.5 µs a call);
+projections (maps that return their input columns) run natively.
+
+Scope. One outer time coordinate (totally ordered), loops not nested, one worker. Times
+are stored as ``(t, i)``: ``i`` is the iteration counter inside a loop and ``0``
+outside, so entering a loop is the identity and leaving it zeroes ``i``.
+
+Frontiers. With a totally ordered outer time a frontier is one number: an update at
+``(t, i)`` of a root operator is *due* when ``t < p`` (``p`` the least input frontier
+upstream). In round ``k`` of a loop the frontier is ``{(p, 0), (q, k + 1)}`` (``q`` the
+previous run's ``p``), so ``(t, i)`` is due when ``t < p and (t < q or i <= k)``.
+
+Operators (one ``_step_*`` function each):
+
+* linear ones pass batches on (``concat``, ``enter``), transform them natively
+  (``negate``, projections, ``leave``, ``feedback``) or through a Python callback;
+* ``arrange`` sorts the due updates of a step into one flat batch, hands it to its
+  readers and inserts it into its *spine* (a list of batches of geometrically
+  decreasing size, merged and compacted as in DESIGN.md section 4) after every reader
+  of the pass has read the older trace;
+* ``join`` emits ``dA·B + dA·dB + A·dB`` (``A``, ``B`` the traces before the pass), so
+  every pair is produced exactly once and nothing needs cancelling;
+* ``reduce`` keeps ``output(t) = logic(input(t))`` for partially ordered ``(t, i)``
+  with the *round-wise interesting times* below.
+
+Reduce in round ``k``. Every new input update of the round has iteration ``k``
+(rounds visit iterations in order), and so has every due pending time. For a key
+whose least such outer time is ``m``, the joins of ``(m', k)`` (``m' >= m``) with its
+history ``(t_h, i_h)`` are ``(max(m', t_h), max(k, i_h))``:
+
+* with ``i_h <= k`` they are ``(t, k)`` for ``t`` in ``{m} ∪ {t_h > m}``: the key is
+  evaluated at those outer times, accumulating only history at iterations ``<= k`` —
+  a one-dimensional walk per key (no pairwise closure);
+* with ``i_h = j > k`` they lie at iteration ``j``; the key keeps one *pending* entry
+  ``(j, max(m, min t_h at j))``, and at round ``j`` the walk from that time covers
+  every such join (each is a history time at iteration ``<= j``, or the pending time).
+
+Evaluating at a few extra times is harmless (the correction there is zero), so the
+output history's times join the walk as well.
+"""
+import numpy as np
+from numba import njit, objmode, types
+from numba.typed import List
+
+from .batch import concat_batches, merge, seek, sort_consolidate
+from .reduce import (_accumulate, _logic_count, _logic_extreme, _logic_sum,
+                     _logic_top_k)
+from .rows import add_checked, mul_checked
+
+__all__ = ["KIND", "LOGIC", "new_state", "run", "set_hooks", "spine_sizes",
+           "BATCH_TYPE"]
+
+INF = np.iinfo(np.int64).max
+NEG = np.iinfo(np.int64).min
+
+# Operator kinds (the program's ``kind`` array).
+K_INPUT = 0
+K_CALLBACK = 1
+K_PROJECT = 2
+K_CONCAT = 3
+K_NEGATE = 4
+K_CONSOLIDATE = 5
+K_ARRANGE = 6
+K_JOIN = 7
+K_REDUCE = 8
+K_ENTER = 9
+K_LEAVE = 10
+K_FEEDBACK = 11
+K_LOOP = 12
+K_CAPTURE = 13
+K_PROBE = 14
+
+KIND = {"input": K_INPUT, "callback": K_CALLBACK, "project": K_PROJECT,
+        "concat": K_CONCAT, "negate": K_NEGATE, "consolidate": K_CONSOLIDATE,
+        "arrange": K_ARRANGE, "join": K_JOIN, "reduce": K_REDUCE, "enter": K_ENTER,
+        "leave": K_LEAVE, "feedback": K_FEEDBACK, "loop": K_LOOP, "capture": K_CAPTURE,
+        "probe": K_PROBE}
+
+# Reduce logic codes (program parameter); CALLBACK runs a Python function on moments.
+L_CALLBACK = 0
+L_COUNT = 1
+L_SUM = 2
+L_MIN = 3
+L_MAX = 4
+L_DISTINCT = 5
+L_TOP_K = 6
+LOGIC = {"callback": L_CALLBACK, "count": L_COUNT, "sum": L_SUM, "min": L_MIN,
+         "max": L_MAX, "distinct": L_DISTINCT, "top_k": L_TOP_K}
+
+_I2 = types.Array(types.int64, 2, "C")
+_I1 = types.Array(types.int64, 1, "C")
+BATCH_TYPE = types.Tuple((_I2, _I2, _I1))
+_BLIST = types.ListType(BATCH_TYPE)
+
+# Status codes returned by run().
+OK = 0
+ITERATION_LIMIT = 1
+
+# Python hooks called from objmode: [batch callback, logic callback, warning].
+_HOOKS = [None, None, None]
+
+
+def set_hooks(batch_cb, logic_cb, warn_cb):
+    """Install the Python functions the compiled code calls back (see ddnumba.native)."""
+    _HOOKS[0] = batch_cb
+    _HOOKS[1] = logic_cb
+    _HOOKS[2] = warn_cb
+
+
+def _py_batch(node, data, times, diffs):
+    return _HOOKS[0](node, data, times, diffs)
+
+
+def _py_logic(node, mom_offs, acc_vals, acc_counts):
+    return _HOOKS[1](node, mom_offs, acc_vals, acc_counts)
+
+
+def _py_warn(loop, k):
+    _HOOKS[2](loop, k)
+
+
+# --------------------------------------------------------------------------------- state
+
+
+@njit(cache=True)
+def new_state(n_queues, n_spines, n_held, n_pend, pend_w, n_out, n_nodes, n_loops):
+    """Empty runtime state for a program of the given sizes.
+
+    ``pend_w[r]`` is the data width of reduce ``r``'s pending entries (key + 1).
+    """
+    q = List.empty_list(_BLIST)
+    for _ in range(n_queues):
+        q.append(List.empty_list(BATCH_TYPE))
+    sp = List.empty_list(_BLIST)
+    fresh = List.empty_list(_BLIST)
+    for _ in range(n_spines):
+        sp.append(List.empty_list(BATCH_TYPE))
+        fresh.append(List.empty_list(BATCH_TYPE))
+    held = List.empty_list(_BLIST)
+    for _ in range(n_held):
+        held.append(List.empty_list(BATCH_TYPE))
+    pend = List.empty_list(BATCH_TYPE)
+    for r in range(n_pend):
+        pend.append((np.empty((0, pend_w[r]), np.int64), np.empty((0, 2), np.int64),
+                     np.empty(0, np.int64)))
+    out = List.empty_list(_BLIST)
+    for _ in range(n_out):
+        out.append(List.empty_list(BATCH_TYPE))
+    since = np.full(n_spines, NEG, np.int64)
+    nf = np.zeros(n_nodes, np.int64)
+    loop_prev = np.zeros(n_loops, np.int64)
+    # info: [status detail: loop, iteration, rounds run in total, warned loops bitmask]
+    info = np.zeros(8, np.int64)
+    return q, sp, fresh, since, held, pend, out, nf, loop_prev, info
+
+
+@njit(cache=True)
+def spine_sizes(st):
+    """Updates held per spine (plus batches not yet inserted)."""
+    sp = st[1]
+    fresh = st[2]
+    out = np.zeros(len(sp), np.int64)
+    for s in range(len(sp)):
+        for b in sp[s]:
+            out[s] += b[2].shape[0]
+        for b in fresh[s]:
+            out[s] += b[2].shape[0]
+    return out
+
+
+@njit(cache=True)
+def take_output(st, i):
+    """Pop capture ``i``'s collected batches, concatenated."""
+    lst = st[6][i]
+    w = lst[0][0].shape[1]
+    b = concat_batches(lst, w)
+    lst.clear()
+    return b
+
+
+@njit(cache=True)
+def spine_batches(st, s):
+    """The batches of spine ``s`` (a copy of the list)."""
+    out = List.empty_list(BATCH_TYPE)
+    for b in st[1][s]:
+        out.append(b)
+    return out
+
+
+# ------------------------------------------------------------------------------- helpers
+
+
+@njit(cache=True, nogil=True)
+def _emit(prog, st, n, b):
+    """Queue batch ``b`` at every consumer port of node ``n`` (empty batches vanish)."""
+    if b[2].shape[0] == 0:
+        return
+    cons_offs = prog[3]
+    cons_node = prog[4]
+    cons_port = prog[5]
+    qbase = prog[6]
+    q = st[0]
+    for c in range(cons_offs[n], cons_offs[n + 1]):
+        q[qbase[cons_node[c]] + cons_port[c]].append(b)
+
+
+@njit(cache=True, nogil=True)
+def _take(st, qid, w):
+    """Pop every batch queued at ``qid``, concatenated (possibly empty)."""
+    lst = st[0][qid]
+    if len(lst) == 1:
+        b = lst[0]
+        lst.clear()
+        return b
+    if len(lst) == 0:
+        return (np.empty((0, w), np.int64), np.empty((0, 2), np.int64),
+                np.empty(0, np.int64))
+    b = concat_batches(lst, w)
+    lst.clear()
+    return b
+
+
+@njit(cache=True, nogil=True)
+def _due(t, i, p, q, k):
+    return t < p and (t < q or i <= k)
+
+
+@njit(cache=True, nogil=True)
+def _spine_insert(sp, b, since):
+    """Append a batch; merge while the newest is at least half the previous one."""
+    if b[2].shape[0] == 0:
+        return
+    sp.append(b)
+    while len(sp) >= 2 and 2 * sp[len(sp) - 1][2].shape[0] >= sp[len(sp) - 2][2].shape[0]:
+        y = sp.pop()
+        x = sp.pop()
+        m = merge(x, y, since)
+        if m[2].shape[0] > 0:
+            sp.append(m)
+
+
+@njit(cache=True, nogil=True)
+def _flush(prog, st, spines):
+    """Insert the batches arranged this pass into their spines."""
+    sp = st[1]
+    fresh = st[2]
+    since = st[3]
+    for s in spines:
+        f = fresh[s]
+        for b in f:
+            _spine_insert(sp[s], b, since[s])
+        f.clear()
+
+
+# ------------------------------------------------------------------------- linear steps
+
+
+@njit(cache=True)
+def _step_linear(prog, st, n, kind):
+    in_offs = prog[1]
+    qbase = prog[6]
+    prm = prog[7]
+    q = st[0]
+    if kind == K_CONCAT or kind == K_ENTER or kind == K_INPUT:
+        for port in range(in_offs[n + 1] - in_offs[n] if kind != K_INPUT else 1):
+            lst = q[qbase[n] + port]
+            for b in lst:
+                _emit(prog, st, n, b)
+            lst.clear()
+        return
+    if kind == K_PROBE:
+        q[qbase[n]].clear()
+        return
+    if kind == K_CAPTURE:
+        lst = q[qbase[n]]
+        out = st[6][prm[n, 0]]
+        for b in lst:
+            out.append(b)
+        lst.clear()
+        return
+    if kind == K_NEGATE:
+        lst = q[qbase[n]]
+        for b in lst:
+            f = b[2]
+            nf = np.empty(f.shape[0], np.int64)
+            for i in range(f.shape[0]):
+                if f[i] == NEG:
+                    raise OverflowError("negate: a diff of -2**63 has no int64 negation")
+                nf[i] = -f[i]
+            _emit(prog, st, n, (b[0], b[1], nf))
+        lst.clear()
+        return
+    if kind == K_PROJECT:
+        cols = prog[8][prm[n, 0]:prm[n, 0] + prm[n, 1]]
+        lst = q[qbase[n]]
+        for b in lst:
+            d = b[0]
+            m = d.shape[0]
+            od = np.empty((m, cols.shape[0]), np.int64)
+            for r in range(m):
+                for c in range(cols.shape[0]):
+                    od[r, c] = d[r, cols[c]]
+            _emit(prog, st, n, (od, b[1], b[2]))
+        lst.clear()
+        return
+    w = prm[n, 1]   # the node's input width (consolidate, leave, feedback, callback)
+    u = _take(st, qbase[n], w)
+    if u[2].shape[0] == 0:
+        return
+    if kind == K_CONSOLIDATE:
+        _emit(prog, st, n, sort_consolidate(u[0], u[1], u[2]))
+    elif kind == K_LEAVE:
+        t = u[1].copy()
+        for r in range(t.shape[0]):
+            t[r, 1] = 0
+        _emit(prog, st, n, sort_consolidate(u[0], t, u[2]))
+    elif kind == K_FEEDBACK:
+        b = sort_consolidate(u[0], u[1], u[2])
+        t = b[1].copy()
+        for r in range(t.shape[0]):
+            t[r, 1] += 1
+        _emit(prog, st, n, (b[0], t, b[2]))
+    elif kind == K_CALLBACK:
+        d0 = u[0]
+        t0 = u[1]
+        f0 = u[2]
+        with objmode(d="int64[:, ::1]", t="int64[:, ::1]", f="int64[::1]"):
+            d, t, f = _py_batch(n, d0, t0, f0)
+        _emit(prog, st, n, (d, t, f))
+
+
+# ------------------------------------------------------------------------------- arrange
+
+
+@njit(cache=True, nogil=True)
+def _step_arrange(prog, st, n, p, q, k):
+    qbase = prog[6]
+    prm = prog[7]
+    w = prm[n, 0]
+    s = prm[n, 1]
+    h = prm[n, 2]
+    lst = st[0][qbase[n]]
+    held = st[4][h]
+    if len(lst) == 0 and len(held) == 0:
+        return
+    for b in lst:
+        held.append(b)
+    lst.clear()
+    u = concat_batches(held, w) if len(held) != 1 else held[0]
+    held.clear()
+    t = u[1]
+    m = u[2].shape[0]
+    nd = np.int64(0)
+    for r in range(m):
+        if _due(t[r, 0], t[r, 1], p, q, k):
+            nd += 1
+    if nd == 0:
+        held.append(u)
+        return
+    if nd == m:
+        due = u
+    else:
+        dd = np.empty((nd, w), np.int64)
+        dt = np.empty((nd, 2), np.int64)
+        df = np.empty(nd, np.int64)
+        fd = np.empty((m - nd, w), np.int64)
+        ft = np.empty((m - nd, 2), np.int64)
+        ff = np.empty(m - nd, np.int64)
+        a = np.int64(0)
+        c = np.int64(0)
+        for r in range(m):
+            if _due(t[r, 0], t[r, 1], p, q, k):
+                _copy_upd(u, r, dd, dt, df, a)
+                a += 1
+            else:
+                _copy_upd(u, r, fd, ft, ff, c)
+                c += 1
+        held.append((fd, ft, ff))
+        due = (dd, dt, df)
+    b = sort_consolidate(due[0], due[1], due[2])
+    if b[2].shape[0]:
+        st[2][s].append(b)
+        _emit(prog, st, n, b)
+
+
+@njit(cache=True, nogil=True)
+def _copy_upd(u, r, od, ot, of, o):
+    d = u[0]
+    for c in range(d.shape[1]):
+        od[o, c] = d[r, c]
+    ot[o, 0] = u[1][r, 0]
+    ot[o, 1] = u[1][r, 1]
+    of[o] = u[2][r]
+
+
+@njit(cache=True, nogil=True)
+def _held_min_iter(st, h, p):
+    """Least iteration of held updates with outer time < p (or INF)."""
+    best = np.int64(INF)
+    for b in st[4][h]:
+        t = b[1]
+        for r in range(t.shape[0]):
+            if t[r, 0] < p and t[r, 1] < best:
+                best = t[r, 1]
+    return best
+
+
+# ---------------------------------------------------------------------------------- join
+
+
+@njit(cache=True, nogil=True)
+def _grow2(buf, n, need):
+    if need <= buf.shape[0]:
+        return buf
+    cap = max(need, 2 * buf.shape[0], 64)
+    out = np.empty((cap, buf.shape[1]), np.int64)
+    for i in range(n):
+        for c in range(buf.shape[1]):
+            out[i, c] = buf[i, c]
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _grow1(buf, n, need):
+    if need <= buf.shape[0]:
+        return buf
+    cap = max(need, 2 * buf.shape[0], 64)
+    out = np.empty(cap, np.int64)
+    for i in range(n):
+        out[i] = buf[i]
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _cross(L, R, kw, od, ot, of, o):
+    """Append every pair of updates of ``L`` and ``R`` with equal keys: row
+    ``(key, L vals, R vals)``, time the join, diff the product. Returns the buffers
+    and the new count. Walks the keys of the smaller batch and gallops in the other."""
+    ld, lt, lf = L
+    rd, rt, rf = R
+    nl = lf.shape[0]
+    nr = rf.shape[0]
+    if nl == 0 or nr == 0:
+        return od, ot, of, o
+    lw = ld.shape[1]
+    rw = rd.shape[1]
+    drive_left = nl <= nr
+    dd = ld if drive_left else rd
+    nd = nl if drive_left else nr
+    other = rd if drive_left else ld
+    no = nr if drive_left else nl
+    pos = np.int64(0)
+    s = np.int64(0)
+    while s < nd and pos < no:
+        e = s + 1
+        while e < nd and _same_key(dd, s, dd, e, kw):
+            e += 1
+        lo = seek(other, pos, dd, s, kw, False)
+        hi = seek(other, lo, dd, s, kw, True) if lo < no else lo
+        pos = hi
+        if lo < hi:
+            if drive_left:
+                l0, l1, r0, r1 = s, e, lo, hi
+            else:
+                l0, l1, r0, r1 = lo, hi, s, e
+            need = o + (l1 - l0) * (r1 - r0)
+            od = _grow2(od, o, need)
+            ot = _grow2(ot, o, need)
+            of = _grow1(of, o, need)
+            for i in range(l0, l1):
+                for j in range(r0, r1):
+                    pr, ov = mul_checked(lf[i], rf[j])
+                    if ov:
+                        raise OverflowError("join: the product of two diffs overflows int64")
+                    for c in range(lw):
+                        od[o, c] = ld[i, c]
+                    for c in range(kw, rw):
+                        od[o, lw + c - kw] = rd[j, c]
+                    ot[o, 0] = max(lt[i, 0], rt[j, 0])
+                    ot[o, 1] = max(lt[i, 1], rt[j, 1])
+                    of[o] = pr
+                    o += 1
+        s = e
+    return od, ot, of, o
+
+
+@njit(cache=True, nogil=True)
+def _same_key(a, i, b, j, kw):
+    for c in range(kw):
+        if a[i, c] != b[j, c]:
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True)
+def _step_join(prog, st, n):
+    qbase = prog[6]
+    prm = prog[7]
+    left = prm[n, 0]
+    right = prm[n, 1]
+    kw = prm[n, 2]
+    w = prm[n, 3]
+    sl = prm[left, 1]
+    sr = prm[right, 1]
+    qa = st[0][qbase[n]]
+    qb = st[0][qbase[n] + 1]
+    if len(qa) == 0 and len(qb) == 0:
+        return
+    od = np.empty((64, w), np.int64)
+    ot = np.empty((64, 2), np.int64)
+    of = np.empty(64, np.int64)
+    o = np.int64(0)
+    sp = st[1]
+    # Traces as of the previous pass: this pass's batches wait in `fresh`.
+    for a in qa:
+        for r in sp[sr]:
+            od, ot, of, o = _cross(a, r, kw, od, ot, of, o)
+        for b in qb:
+            od, ot, of, o = _cross(a, b, kw, od, ot, of, o)
+    for b in qb:
+        for l in sp[sl]:
+            od, ot, of, o = _cross(l, b, kw, od, ot, of, o)
+    qa.clear()
+    qb.clear()
+    if o:
+        _emit(prog, st, n, (od[:o], ot[:o], of[:o]))
+
+
+# -------------------------------------------------------------------------------- reduce
+
+
+@njit(cache=True, nogil=True)
+def _key_cmp(a, i, b, j, kw):
+    for c in range(kw):
+        x = a[i, c]
+        y = b[j, c]
+        if x != y:
+            return -1 if x < y else 1
+    return 0
+
+
+@njit(cache=True, nogil=True)
+def _sort_vt(vals, ts, fs, lo, hi, perm_buf, tmp_v, tmp_t, tmp_f):
+    """Sort entries ``[lo, hi)`` by (val, t) in place (stable merge sort by index)."""
+    m = hi - lo
+    if m <= 1:
+        return
+    vw = vals.shape[1]
+    sorted_ = True
+    for i in range(lo + 1, hi):
+        c = np.int64(0)
+        for x in range(vw):
+            if vals[i - 1, x] != vals[i, x]:
+                c = -1 if vals[i - 1, x] < vals[i, x] else 1
+                break
+        if c == 0:
+            c = -1 if ts[i - 1] < ts[i] else (0 if ts[i - 1] == ts[i] else 1)
+        if c > 0:
+            sorted_ = False
+            break
+    if sorted_:
+        return
+    idx = perm_buf[:m]
+    for i in range(m):
+        idx[i] = lo + i
+    # insertion sort for short runs, else bottom-up merge sort
+    if m <= 32:
+        for i in range(1, m):
+            x = idx[i]
+            j = i
+            while j > 0 and _lt_vt(vals, ts, x, idx[j - 1]):
+                idx[j] = idx[j - 1]
+                j -= 1
+            idx[j] = x
+    else:
+        tmp = np.empty(m, np.int64)
+        width = 1
+        src = idx
+        dst = tmp
+        while width < m:
+            for start in range(0, m, 2 * width):
+                mid = min(start + width, m)
+                end = min(start + 2 * width, m)
+                a = start
+                b = mid
+                o = start
+                while a < mid and b < end:
+                    if _lt_vt(vals, ts, src[b], src[a]):
+                        dst[o] = src[b]
+                        b += 1
+                    else:
+                        dst[o] = src[a]
+                        a += 1
+                    o += 1
+                while a < mid:
+                    dst[o] = src[a]
+                    a += 1
+                    o += 1
+                while b < end:
+                    dst[o] = src[b]
+                    b += 1
+                    o += 1
+            src, dst = dst, src
+            width *= 2
+        if src is not idx:
+            for i in range(m):
+                idx[i] = src[i]
+    for i in range(m):
+        j = idx[i]
+        for x in range(vw):
+            tmp_v[i, x] = vals[j, x]
+        tmp_t[i] = ts[j]
+        tmp_f[i] = fs[j]
+    for i in range(m):
+        for x in range(vw):
+            vals[lo + i, x] = tmp_v[i, x]
+        ts[lo + i] = tmp_t[i]
+        fs[lo + i] = tmp_f[i]
+
+
+@njit(cache=True, nogil=True)
+def _lt_vt(vals, ts, a, b):
+    for x in range(vals.shape[1]):
+        if vals[a, x] != vals[b, x]:
+            return vals[a, x] < vals[b, x]
+    return ts[a] < ts[b]
+
+
+@njit(cache=True, nogil=True)
+def _reduce_gather(new, spine, out_spine, pend, kw, vw, ow, k, p):
+    """Phase 1 of a reduce round: keys, their due outer times, histories, pending.
+
+    Returns ``(keys, due_offs, due_t, h_offs, h_vals, h_t, h_f, o_offs, o_vals, o_t,
+    o_f, new_pend)``: per key (sorted), its due outer times (ascending, unique), its
+    input history at iterations ``<= k`` sorted by (val, t), its output history the
+    same way, and the reduce's pending entries afterwards.
+    """
+    nd, nt, nf = new
+    pd, pt, pf = pend
+    n_new = nf.shape[0]
+    n_pend = pf.shape[0]
+    # Keys: the union of the new batch's keys and of due pending entries' keys, each
+    # with its least due outer time m.
+    cap = n_new + n_pend + 1
+    keys = np.empty((cap, kw), np.int64)
+    kmin = np.empty(cap, np.int64)
+    nk = np.int64(0)
+    i = np.int64(0)
+    j = np.int64(0)
+    keep = np.ones(n_pend, np.bool_)
+    for r in range(n_new):
+        if nt[r, 1] != k:
+            raise RuntimeError("reduce: internal error: a new update is not at the "
+                               "round's iteration")
+    while i < n_new or j < n_pend:
+        # skip pending entries that are not due now
+        if j < n_pend and not (pd[j, kw] == k and pt[j, 0] < p):
+            j += 1
+            continue
+        if j >= n_pend:
+            c = -1
+        elif i >= n_new:
+            c = 1
+        else:
+            c = _key_cmp(nd, i, pd, j, kw)
+        m = np.int64(INF)
+        if c <= 0:
+            src_d = nd
+            src_i = i
+            e = i
+            while e < n_new and _key_cmp(nd, i, nd, e, kw) == 0:
+                if nt[e, 0] < m:
+                    m = nt[e, 0]
+                e += 1
+            i = e
+        else:
+            src_d = pd
+            src_i = j
+        if c >= 0:
+            if pt[j, 0] < m:
+                m = pt[j, 0]
+            keep[j] = False
+            j += 1
+        for x in range(kw):
+            keys[nk, x] = src_d[src_i, x]
+        kmin[nk] = m
+        nk += 1
+    keys = keys[:nk]
+    # Histories.
+    nsp = len(spine) + 1
+    nso = len(out_spine)
+    pos_in = np.zeros(nsp, np.int64)
+    pos_out = np.zeros(max(nso, 1), np.int64)
+    due_offs = np.zeros(nk + 1, np.int64)
+    h_offs = np.zeros(nk + 1, np.int64)
+    o_offs = np.zeros(nk + 1, np.int64)
+    due_t = np.empty(64, np.int64)
+    h_vals = np.empty((64, vw), np.int64)
+    h_t = np.empty(64, np.int64)
+    h_f = np.empty(64, np.int64)
+    o_vals = np.empty((64, ow), np.int64)
+    o_t = np.empty(64, np.int64)
+    o_f = np.empty(64, np.int64)
+    nh = np.int64(0)
+    no = np.int64(0)
+    ndue = np.int64(0)
+    # new pending candidates: (key index, iteration, outer time)
+    c_key = np.empty(64, np.int64)
+    c_it = np.empty(64, np.int64)
+    c_t = np.empty(64, np.int64)
+    nc = np.int64(0)
+    perm = np.empty(64, np.int64)
+    tv = np.empty((64, max(vw, ow)), np.int64)
+    tt = np.empty(64, np.int64)
+    tf = np.empty(64, np.int64)
+    tbuf = np.empty(64, np.int64)
+    for kk in range(nk):
+        m = kmin[kk]
+        h0 = nh
+        c0 = nc
+        for sidx in range(nsp):
+            b = new if sidx == nsp - 1 else spine[sidx]
+            bd, bt, bf = b
+            nb = bf.shape[0]
+            lo = seek(bd, pos_in[sidx], keys, kk, kw, False)
+            hi = seek(bd, lo, keys, kk, kw, True) if lo < nb else lo
+            pos_in[sidx] = hi
+            need = nh + hi - lo
+            h_vals = _grow2(h_vals, nh, need)
+            h_t = _grow1(h_t, nh, need)
+            h_f = _grow1(h_f, nh, need)
+            for r in range(lo, hi):
+                it = bt[r, 1]
+                if it <= k:
+                    for x in range(vw):
+                        h_vals[nh, x] = bd[r, kw + x]
+                    h_t[nh] = bt[r, 0]
+                    h_f[nh] = bf[r]
+                    nh += 1
+                else:
+                    c_key, c_it, c_t, nc = _add_cand(c_key, c_it, c_t, nc, c0, kk, it,
+                                                     max(m, bt[r, 0]))
+        o0 = no
+        for sidx in range(nso):
+            bd, bt, bf = out_spine[sidx]
+            nb = bf.shape[0]
+            lo = seek(bd, pos_out[sidx], keys, kk, kw, False)
+            hi = seek(bd, lo, keys, kk, kw, True) if lo < nb else lo
+            pos_out[sidx] = hi
+            need = no + hi - lo
+            o_vals = _grow2(o_vals, no, need)
+            o_t = _grow1(o_t, no, need)
+            o_f = _grow1(o_f, no, need)
+            for r in range(lo, hi):
+                it = bt[r, 1]
+                if it <= k:
+                    for x in range(ow):
+                        o_vals[no, x] = bd[r, kw + x]
+                    o_t[no] = bt[r, 0]
+                    o_f[no] = bf[r]
+                    no += 1
+                else:
+                    c_key, c_it, c_t, nc = _add_cand(c_key, c_it, c_t, nc, c0, kk, it,
+                                                     max(m, bt[r, 0]))
+        # Sort each history by (val, t) (several batches contribute).
+        big = max(nh - h0, no - o0)
+        if perm.shape[0] < big:
+            perm = np.empty(2 * big, np.int64)
+            tv = np.empty((2 * big, max(vw, ow)), np.int64)
+            tt = np.empty(2 * big, np.int64)
+            tf = np.empty(2 * big, np.int64)
+        _sort_vt(h_vals, h_t, h_f, h0, nh, perm, tv, tt, tf)
+        _sort_vt(o_vals, o_t, o_f, o0, no, perm, tv, tt, tf)
+        # Due outer times: m and every history time above it.
+        need = (nh - h0) + (no - o0) + 1
+        if tbuf.shape[0] < need:
+            tbuf = np.empty(2 * need, np.int64)
+        nt_ = np.int64(0)
+        tbuf[nt_] = m
+        nt_ += 1
+        for r in range(h0, nh):
+            if h_t[r] > m:
+                tbuf[nt_] = h_t[r]
+                nt_ += 1
+        for r in range(o0, no):
+            if o_t[r] > m:
+                tbuf[nt_] = o_t[r]
+                nt_ += 1
+        ts = np.sort(tbuf[:nt_])
+        due_t = _grow1(due_t, ndue, ndue + nt_)
+        prev = NEG
+        for r in range(nt_):
+            if r == 0 or ts[r] != prev:
+                due_t[ndue] = ts[r]
+                ndue += 1
+                prev = ts[r]
+        due_offs[kk + 1] = ndue
+        h_offs[kk + 1] = nh
+        o_offs[kk + 1] = no
+    # Pending afterwards: the entries not consumed, plus the candidates, one entry per
+    # (key, iteration) with the least outer time.
+    n_keep = np.int64(0)
+    for r in range(n_pend):
+        if keep[r]:
+            n_keep += 1
+    tot = n_keep + nc
+    pw = kw + 1
+    qd = np.empty((tot, pw), np.int64)
+    qt = np.zeros((tot, 2), np.int64)
+    qf = np.ones(tot, np.int64)
+    o = np.int64(0)
+    for r in range(n_pend):
+        if keep[r]:
+            for x in range(pw):
+                qd[o, x] = pd[r, x]
+            qt[o, 0] = pt[r, 0]
+            o += 1
+    for r in range(nc):
+        for x in range(kw):
+            qd[o, x] = keys[c_key[r], x]
+        qd[o, kw] = c_it[r]
+        qt[o, 0] = c_t[r]
+        o += 1
+    new_pend = _dedup_pending(qd, qt, qf, kw) if nc else (qd, qt, qf)
+    return (keys, due_offs, due_t[:ndue].reshape((ndue, 1)), h_offs, h_vals[:nh],
+            h_t[:nh].reshape((nh, 1)), h_f[:nh], o_offs, o_vals[:no],
+            o_t[:no].reshape((no, 1)), o_f[:no], new_pend)
+
+
+@njit(cache=True, nogil=True)
+def _add_cand(c_key, c_it, c_t, nc, c0, kk, it, t):
+    """Record pending candidate (key kk, iteration it, outer time t), keeping the least
+    time per iteration among this key's candidates ``[c0, nc)``."""
+    for r in range(c0, nc):
+        if c_it[r] == it:
+            if t < c_t[r]:
+                c_t[r] = t
+            return c_key, c_it, c_t, nc
+    c_key = _grow1(c_key, nc, nc + 1)
+    c_it = _grow1(c_it, nc, nc + 1)
+    c_t = _grow1(c_t, nc, nc + 1)
+    c_key[nc] = kk
+    c_it[nc] = it
+    c_t[nc] = t
+    return c_key, c_it, c_t, nc + 1
+
+
+@njit(cache=True, nogil=True)
+def _dedup_pending(qd, qt, qf, kw):
+    """Sort pending entries by (key, iteration, t) and keep the first per (key, it)."""
+    d, t, f = sort_consolidate(qd, qt, qf)
+    n = f.shape[0]
+    keep = np.int64(0)
+    for r in range(n):
+        if r > 0 and _key_cmp(d, r - 1, d, r, kw + 1) == 0:
+            continue
+        for x in range(kw + 1):
+            d[keep, x] = d[r, x]
+        t[keep, 0] = t[r, 0]
+        t[keep, 1] = t[r, 1]
+        f[keep] = 1
+        keep += 1
+    return d[:keep].copy(), t[:keep].copy(), f[:keep].copy()
+
+
+@njit(cache=True, nogil=True)
+def _corrections_1d(due_offs, due_t, w_offs, w_vals, w_counts, o_offs, o_vals, o_t, o_f):
+    """Per key and due time (ascending), ``desired - current`` per output value.
+
+    ``current`` accumulates the old output (sorted by (val, t)) at times ``<= t`` plus
+    the corrections already emitted. Returns ``(key index, vals, t, diffs)`` sorted by
+    (key, val, t).
+    """
+    K = due_offs.shape[0] - 1
+    ow = o_vals.shape[1]
+    r_key = np.empty(64, np.int64)
+    r_vals = np.empty((64, ow), np.int64)
+    r_t = np.empty(64, np.int64)
+    r_f = np.empty(64, np.int64)
+    nres = np.int64(0)
+    uv = np.empty((16, ow), np.int64)
+    ustart = np.empty(17, np.int64)
+    uptr = np.empty(16, np.int64)
+    ucur = np.empty(16, np.int64)
+    uwant = np.empty(16, np.int64)
+    cu = np.empty(16, np.int64)
+    ct = np.empty(16, np.int64)
+    cd = np.empty(16, np.int64)
+    cnt = np.empty(17, np.int64)
+    for kk in range(K):
+        t0 = due_offs[kk]
+        t1 = due_offs[kk + 1]
+        if t0 == t1:
+            continue
+        a0 = o_offs[kk]
+        a1 = o_offs[kk + 1]
+        w0 = w_offs[t0]
+        w1 = w_offs[t1]
+        # Distinct output values of the key: old output runs and desired values.
+        cap = (a1 - a0) + (w1 - w0) + 1
+        if uv.shape[0] < cap:
+            uv = np.empty((2 * cap, ow), np.int64)
+            ustart = np.empty(2 * cap + 1, np.int64)
+            uptr = np.empty(2 * cap, np.int64)
+            ucur = np.empty(2 * cap, np.int64)
+            uwant = np.empty(2 * cap, np.int64)
+            cnt = np.empty(2 * cap + 1, np.int64)
+        nu = np.int64(0)
+        r = a0
+        while r < a1:
+            e = r + 1
+            while e < a1 and _row_same(o_vals, r, o_vals, e):
+                e += 1
+            for x in range(ow):
+                uv[nu, x] = o_vals[r, x]
+            ustart[nu] = r
+            nu += 1
+            r = e
+        n_old = nu
+        ustart[nu] = a1
+        # desired values not among the old ones (want rows are sorted per moment)
+        for wi in range(w0, w1):
+            found = -1
+            for u in range(nu):
+                if _row_same(uv, u, w_vals, wi):
+                    found = u
+                    break
+            if found < 0:
+                for x in range(ow):
+                    uv[nu, x] = w_vals[wi, x]
+                nu += 1
+        for u in range(nu):
+            uptr[u] = ustart[u] if u < n_old else 0
+            ucur[u] = 0
+        ncor = np.int64(0)
+        for ti in range(t0, t1):
+            tau = due_t[ti, 0]
+            for u in range(nu):
+                uwant[u] = 0
+                if u < n_old:
+                    pp = uptr[u]
+                    e = ustart[u + 1]
+                    acc = ucur[u]
+                    while pp < e and o_t[pp, 0] <= tau:
+                        acc, ov = add_checked(acc, o_f[pp])
+                        if ov:
+                            raise OverflowError("reduce: a sum of output counts overflows int64")
+                        pp += 1
+                    uptr[u] = pp
+                    ucur[u] = acc
+            for wi in range(w_offs[ti], w_offs[ti + 1]):
+                for u in range(nu):
+                    if _row_same(uv, u, w_vals, wi):
+                        uwant[u] += w_counts[wi]
+                        break
+            for u in range(nu):
+                diff = uwant[u] - ucur[u]
+                if ((uwant[u] ^ ucur[u]) & (uwant[u] ^ diff)) < 0:
+                    raise OverflowError("reduce: a correction overflows int64")
+                if diff != 0:
+                    if ncor >= cu.shape[0]:
+                        cu = _grow1(cu, ncor, ncor + 1)
+                        ct = _grow1(ct, ncor, ncor + 1)
+                        cd = _grow1(cd, ncor, ncor + 1)
+                    cu[ncor] = u
+                    ct[ncor] = tau
+                    cd[ncor] = diff
+                    ncor += 1
+                    ucur[u] = uwant[u]
+        if ncor == 0:
+            continue
+        # Order by output value (stable: times stay ascending).
+        order = np.empty(ncor, np.int64)
+        if nu == 1:
+            for i in range(ncor):
+                order[i] = i
+        else:
+            uorder = _sort_rows_idx(uv, nu)
+            rank = np.empty(nu, np.int64)
+            for i in range(nu):
+                rank[uorder[i]] = i
+            for u in range(nu + 1):
+                cnt[u] = 0
+            for i in range(ncor):
+                cnt[rank[cu[i]] + 1] += 1
+            for u in range(nu):
+                cnt[u + 1] += cnt[u]
+            for i in range(ncor):
+                rr = rank[cu[i]]
+                order[cnt[rr]] = i
+                cnt[rr] += 1
+        need = nres + ncor
+        r_key = _grow1(r_key, nres, need)
+        r_vals = _grow2(r_vals, nres, need)
+        r_t = _grow1(r_t, nres, need)
+        r_f = _grow1(r_f, nres, need)
+        for i in range(ncor):
+            c = order[i]
+            r_key[nres] = kk
+            for x in range(ow):
+                r_vals[nres, x] = uv[cu[c], x]
+            r_t[nres] = ct[c]
+            r_f[nres] = cd[c]
+            nres += 1
+    return r_key[:nres], r_vals[:nres], r_t[:nres], r_f[:nres]
+
+
+@njit(cache=True, nogil=True)
+def _row_same(a, i, b, j):
+    for x in range(a.shape[1]):
+        if a[i, x] != b[j, x]:
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True)
+def _sort_rows_idx(rows, n):
+    idx = np.arange(n)
+    for i in range(1, n):
+        x = idx[i]
+        j = i
+        while j > 0 and _row_lt(rows, x, idx[j - 1]):
+            idx[j] = idx[j - 1]
+            j -= 1
+        idx[j] = x
+    return idx
+
+
+@njit(cache=True, nogil=True)
+def _row_lt(rows, a, b):
+    for x in range(rows.shape[1]):
+        if rows[a, x] != rows[b, x]:
+            return rows[a, x] < rows[b, x]
+    return False
+
+
+@njit(cache=True)
+def _step_reduce(prog, st, n, p, k):
+    qbase = prog[6]
+    prm = prog[7]
+    arr = prm[n, 0]
+    s_out = prm[n, 1]
+    pid = prm[n, 2]
+    kw = prm[n, 3]
+    vw = prm[n, 4]
+    ow = prm[n, 5]
+    logic = prm[n, 6]
+    lparam = prm[n, 7]
+    s_in = prm[arr, 1]
+    lst = st[0][qbase[n]]
+    pend = st[5][pid]
+    if len(lst) == 0:
+        # Only pending times can make work: any due now?
+        pd, pt, _ = pend
+        any_due = False
+        for r in range(pt.shape[0]):
+            if pd[r, kw] == k and pt[r, 0] < p:
+                any_due = True
+                break
+        if not any_due:
+            return
+        new = (np.empty((0, kw + vw), np.int64), np.empty((0, 2), np.int64),
+               np.empty(0, np.int64))
+    elif len(lst) == 1:
+        new = lst[0]
+    else:
+        new = lst[0]
+        for x in range(1, len(lst)):
+            new = merge(new, lst[x], np.int64(NEG))
+    lst.clear()
+    (keys, due_offs, due_t, h_offs, h_vals, h_t, h_f, o_offs, o_vals, o_t, o_f,
+     new_pend) = _reduce_gather(new, st[1][s_in], st[1][s_out], pend, kw, vw, ow, k, p)
+    st[5][pid] = new_pend
+    if due_t.shape[0] == 0:
+        return
+    mom_offs, acc_vals, acc_counts, na, over = _accumulate(due_offs, due_t, h_offs, h_vals,
+                                                           h_t, h_f)
+    if over:
+        raise OverflowError("reduce: a sum of input diffs overflows int64")
+    acc_vals = acc_vals[:na]
+    acc_counts = acc_counts[:na]
+    if logic == L_COUNT:
+        w_offs, w_vals, w_counts, nw, over = _logic_count(mom_offs, acc_counts)
+        if over:
+            raise OverflowError("count: a sum of counts overflows int64")
+    elif logic == L_SUM:
+        w_offs, w_vals, w_counts, nw, over = _logic_sum(mom_offs, acc_vals, acc_counts, lparam)
+        if over:
+            raise OverflowError("sum: a sum of values times counts overflows int64")
+    elif logic == L_MIN or logic == L_MAX:
+        w_offs, w_vals, w_counts, nw = _logic_extreme(mom_offs, acc_vals, acc_counts, lparam,
+                                                      logic == L_MAX)
+    elif logic == L_DISTINCT:
+        w_offs, w_vals, w_counts, nw = _logic_top_k(mom_offs, acc_vals, acc_counts, 0, True)
+    elif logic == L_TOP_K:
+        w_offs, w_vals, w_counts, nw = _logic_top_k(mom_offs, acc_vals, acc_counts, lparam,
+                                                    False)
+    else:
+        with objmode(w_offs="int64[::1]", w_vals="int64[:, ::1]", w_counts="int64[::1]"):
+            w_offs, w_vals, w_counts = _py_logic(n, mom_offs, acc_vals, acc_counts)
+        nw = w_counts.shape[0]
+    ck, cv, ct, cf = _corrections_1d(due_offs, due_t, w_offs, w_vals[:nw], w_counts[:nw],
+                                     o_offs, o_vals, o_t, o_f)
+    m = cf.shape[0]
+    if m == 0:
+        return
+    data = np.empty((m, kw + ow), np.int64)
+    times = np.empty((m, 2), np.int64)
+    for r in range(m):
+        for x in range(kw):
+            data[r, x] = keys[ck[r], x]
+        for x in range(ow):
+            data[r, kw + x] = cv[r, x]
+        times[r, 0] = ct[r]
+        times[r, 1] = k
+    out = (data, times, cf)
+    _spine_insert(st[1][s_out], out, st[3][s_out])
+    _emit(prog, st, n, out)
+
+
+@njit(cache=True, nogil=True)
+def _pend_min_iter(st, pid, kw, p):
+    best = np.int64(INF)
+    pd, pt, _ = st[5][pid]
+    for r in range(pt.shape[0]):
+        if pt[r, 0] < p and pd[r, kw] < best:
+            best = pd[r, kw]
+    return best
+
+
+# ----------------------------------------------------------------------------- scheduling
+
+
+@njit(cache=True)
+def _step(prog, st, n, p, q, k):
+    kind = prog[0][n]
+    if kind == K_ARRANGE:
+        _step_arrange(prog, st, n, p, q, k)
+    elif kind == K_JOIN:
+        _step_join(prog, st, n)
+    elif kind == K_REDUCE:
+        _step_reduce(prog, st, n, p, k)
+    else:
+        _step_linear(prog, st, n, kind)
+
+
+@njit(cache=True, nogil=True)
+def _next_round(prog, st, l, p, kmin):
+    """Least iteration >= kmin with work at outer times < p in loop ``l``; -1 if none."""
+    order_offs = prog[10]
+    order = prog[11]
+    qbase = prog[6]
+    in_offs = prog[1]
+    prm = prog[7]
+    kinds = prog[0]
+    best = np.int64(INF)
+    for x in range(order_offs[l], order_offs[l + 1]):
+        n = order[x]
+        kind = kinds[n]
+        nports = in_offs[n + 1] - in_offs[n]
+        for port in range(nports):
+            for b in st[0][qbase[n] + port]:
+                t = b[1]
+                for r in range(t.shape[0]):
+                    if t[r, 0] < p and t[r, 1] < best:
+                        best = t[r, 1]
+        if kind == K_ARRANGE:
+            v = _held_min_iter(st, prm[n, 2], p)
+            if v < best:
+                best = v
+        elif kind == K_REDUCE:
+            v = _pend_min_iter(st, prm[n, 2], prm[n, 3], p)
+            if v < best:
+                best = v
+    if best == INF:
+        return -1
+    return max(best, kmin)
+
+
+@njit(cache=True)
+def _run_loop(prog, st, l):
+    """Run loop ``l``'s rounds until no work remains at outer times < P."""
+    in_offs = prog[1]
+    in_src = prog[2]
+    order_offs = prog[10]
+    order = prog[11]
+    enter_offs = prog[12]
+    enters = prog[13]
+    maxit = prog[14]
+    spines_offs = prog[15]
+    spines = prog[16]
+    nf = st[7]
+    loop_prev = st[8]
+    info = st[9]
+    since = st[3]
+    p = np.int64(INF)
+    for x in range(enter_offs[l], enter_offs[l + 1]):
+        e = enters[x]
+        for y in range(in_offs[e], in_offs[e + 1]):
+            v = nf[in_src[y]]
+            if v < p:
+                p = v
+    q = loop_prev[l]
+    my_spines = spines[spines_offs[l + 1]:spines_offs[l + 2]]
+    k = _next_round(prog, st, l, p, np.int64(0))
+    while k >= 0:
+        if maxit[l] >= 0 and k >= maxit[l]:
+            info[0] = l
+            info[1] = k
+            return ITERATION_LIMIT
+        if maxit[l] < 0 and k >= 10_000 and (info[3] >> min(l, 62)) & 1 == 0:
+            info[3] |= 1 << min(l, 62)
+            with objmode():
+                _py_warn(l, k)
+        for x in range(order_offs[l], order_offs[l + 1]):
+            _step(prog, st, order[x], p, q, k)
+        _flush(prog, st, my_spines)
+        info[2] += 1
+        k = _next_round(prog, st, l, p, k + 1)
+    # Settled: nothing in flight below p. Traces may now compact to p.
+    for s in my_spines:
+        if p > since[s] and p != INF:
+            since[s] = p
+    for x in range(order_offs[l], order_offs[l + 1]):
+        nf[order[x]] = p
+    if p != INF:
+        loop_prev[l] = p
+    return OK
+
+
+@njit(cache=True)
+def run(prog, st, in_frontiers):
+    """One ``Dataflow.run()``: a pass over the root scope (loops run their rounds when
+    the pass reaches them). Returns a status code (``OK`` or ``ITERATION_LIMIT``)."""
+    kinds = prog[0]
+    in_offs = prog[1]
+    in_src = prog[2]
+    prm = prog[7]
+    root = prog[9]
+    spines_offs = prog[15]
+    spines = prog[16]
+    spine_nodes_offs = prog[17]
+    spine_nodes = prog[18]
+    nf = st[7]
+    since = st[3]
+    for x in range(root.shape[0]):
+        n = root[x]
+        kind = kinds[n]
+        if kind == K_INPUT:
+            nf[n] = in_frontiers[prm[n, 0]]
+        elif kind != K_LOOP:
+            f = np.int64(INF)
+            for y in range(in_offs[n], in_offs[n + 1]):
+                v = nf[in_src[y]]
+                if v < f:
+                    f = v
+            nf[n] = f
+        if kind == K_LOOP:
+            status = _run_loop(prog, st, np.int64(prm[n, 0]))
+            if status != OK:
+                return status
+        else:
+            _step(prog, st, n, nf[n], np.int64(INF), np.int64(0))
+    root_spines = spines[spines_offs[0]:spines_offs[1]]
+    _flush(prog, st, root_spines)
+    # Compaction frontiers of root traces: the least frontier among their readers.
+    for s in root_spines:
+        f = np.int64(INF)
+        for y in range(spine_nodes_offs[s], spine_nodes_offs[s + 1]):
+            v = nf[spine_nodes[y]]
+            if v < f:
+                f = v
+        if f != INF and f > since[s]:
+            since[s] = f
+    return OK
