@@ -92,7 +92,7 @@ class NativeEngine:
                 scope_of[ids[id(inner)]] = li
 
         kind = np.zeros(N, _I64)
-        prm = np.zeros((N, 8), _I64)
+        prm = np.zeros((N, 10), _I64)
         proj = []
         self.callbacks = {}           # node id -> Python node (batch callbacks)
         self.logic = {}               # node id -> reduce node (logic callbacks)
@@ -158,6 +158,10 @@ class NativeEngine:
                 else:
                     prm[i, 6] = _rt.LOGIC[spec[0]]
                     prm[i, 7] = int(spec[1])
+                    if spec[0] in ("count", "sum") and group == 0:
+                        # Outside loops: incremental count/sum (output trace rows
+                        # (key, total, nonzero values); see runtime._reduce_agg).
+                        prm[i, 8] = 1
                 pend_w.append(node.kw + 1)
                 spine_scope.append(group)
                 spine_nodes.append([i])
@@ -252,6 +256,12 @@ class NativeEngine:
                                 np.zeros(0, _I64), len(self.captures), N, max(L_, 1))
         self.frontiers = np.zeros(len(df.inputs), _I64)
         self.n_nodes = N
+        self._capture_ids = [ids[id(c)] for c in self.captures]
+        self._cap_seen = [0] * len(self.captures)
+        self._probe_ids = [ids[id(p)] for p in self.probes]
+        # Compiled entry points, resolved once (see _entry).
+        self._run_fn = _rt.run
+        self._take_fn = _rt.take_output
 
     # ------------------------------------------------------------------ callbacks
     def _batch_cb(self, n, data, times, diffs):
@@ -297,9 +307,11 @@ class NativeEngine:
         saved = list(_rt._HOOKS)
         _rt.set_hooks(self._batch_cb, self._logic_cb, self._warn_cb)
         try:
-            status = _rt.run(self.prog, self.st, self.frontiers)
+            status = self._run_fn(self.prog, self.st, self.frontiers)
         finally:
             _rt._HOOKS[:] = saved
+        if self._run_fn is _rt.run:
+            self._run_fn = _entry(_rt.run)
         if status == _rt.ITERATION_LIMIT:
             from ddnumba.operators.iterate import IterationLimitError
             info = self.st[9]
@@ -313,29 +325,55 @@ class NativeEngine:
     def _sync_outputs(self):
         nf = self.st[7]
         for idx, node in enumerate(self.captures):
-            lst = self.st[6][idx]
-            if len(lst):
-                d, t, f = _rt.take_output(self.st, idx)
+            i = self._capture_ids[idx]
+            if self.st[10][i, 1] != self._cap_seen[idx]:
+                # New updates reached the capture since the last run.
+                self._cap_seen[idx] = self.st[10][i, 1]
+                if self._take_fn is _rt.take_output:
+                    d, t, f = self._take_fn(self.st, idx)
+                    self._take_fn = _entry(_rt.take_output)
+                else:
+                    d, t, f = self._take_fn(self.st, idx)
                 node.parts.append(Updates(d, np.ascontiguousarray(t[:, :1]), f))
                 node._consolidated = None
-            node.frontier = _frontier(nf[self._node_id(node)])
-        for node in self.probes:
-            node.frontier = _frontier(nf[self._node_id(node)])
+            self._set_frontier(node, nf[i])
+        for node, i in zip(self.probes, self._probe_ids):
+            self._set_frontier(node, nf[i])
 
-    def _node_id(self, node):
-        ids = getattr(self, "_ids", None)
-        if ids is None:
-            ids = self._ids = {id(n): i for i, n in enumerate(self.nodes)}
-        return ids[id(node)]
+    def _set_frontier(self, node, v):
+        v = int(v)
+        if getattr(node, "_native_frontier", None) != v:
+            node._native_frontier = v
+            node.frontier = _frontier(v)
 
     # ------------------------------------------------------------------ statistics
     def state_records(self):
         """Updates held by every trace (arrangements and reduce outputs)."""
         return int(_rt.spine_sizes(self.st).sum())
 
+    def node_stats(self):
+        """Per operator: ``(node, steps with input, updates in, updates out)``."""
+        st = self.st[10]
+        return [(node, int(st[i, 0]), int(st[i, 1]), int(st[i, 2]))
+                for i, node in enumerate(self.nodes)]
+
     def rounds(self):
         """Loop rounds run so far (all loops, all runs)."""
         return int(self.st[9][2])
+
+
+def _entry(dispatcher):
+    """The compiled entry point of a runtime function with a single signature.
+
+    Calling the dispatcher resolves the Numba types of the arguments on every call;
+    for the runtime's nested tuples of typed lists that costs ~150 µs, more than a
+    single-change run itself. The entry point of the (only) compiled signature skips
+    that. Falls back to the dispatcher before the first compilation.
+    """
+    sigs = getattr(dispatcher, "signatures", ())
+    if len(sigs) == 1:
+        return dispatcher.overloads[sigs[0]].entry_point
+    return dispatcher
 
 
 def _writeable(a):

@@ -45,7 +45,7 @@ def empty_batch(w):
             np.empty(0, np.int64))
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _cmp_upd(da, ta, i, db, tb, j):
     """Compare update ``i`` of ``(da, ta)`` with update ``j`` of ``(db, tb)``."""
     for c in range(da.shape[1]):
@@ -61,7 +61,7 @@ def _cmp_upd(da, ta, i, db, tb, j):
     return 0
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _cmp_data(da, i, db, j):
     for c in range(da.shape[1]):
         x = da[i, c]
@@ -71,7 +71,7 @@ def _cmp_data(da, i, db, j):
     return 0
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _cmp_prefix(a, i, b, j, w):
     """Compare the first ``w`` columns of ``a[i]`` and ``b[j]``."""
     for c in range(w):
@@ -482,6 +482,8 @@ def seek(data, start, keys, ki, kw, strict):
     limit = 1 if strict else 0
     if start >= n or _cmp_prefix(data, start, keys, ki, kw) >= limit:
         return start
+    if _cmp_prefix(data, n - 1, keys, ki, kw) < limit:
+        return n   # past the last row: common for the small batches of a spine
     lo = start
     step = 1
     hi = start + 1
