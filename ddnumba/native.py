@@ -329,13 +329,12 @@ class NativeEngine:
             if self.st[10][i, 1] != self._cap_seen[idx]:
                 # New updates reached the capture since the last run.
                 self._cap_seen[idx] = self.st[10][i, 1]
+                d, t, f = self._take_fn(self.st, idx, node.arity)
                 if self._take_fn is _rt.take_output:
-                    d, t, f = self._take_fn(self.st, idx)
                     self._take_fn = _entry(_rt.take_output)
-                else:
-                    d, t, f = self._take_fn(self.st, idx)
-                node.parts.append(Updates(d, np.ascontiguousarray(t[:, :1]), f))
-                node._consolidated = None
+                if len(f):
+                    node.parts.append(Updates(d, np.ascontiguousarray(t[:, :1]), f))
+                    node._consolidated = None
             self._set_frontier(node, nf[i])
         for node, i in zip(self.probes, self._probe_ids):
             self._set_frontier(node, nf[i])

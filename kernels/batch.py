@@ -29,8 +29,8 @@ from numba import njit
 from .rows import add_checked
 from .sort import _bucket_sort, _column_widths, _lsd_sort, _pack_word, _unpack_word
 
-__all__ = ["sort_consolidate", "merge", "seek", "concat_batches", "empty_batch",
-           "is_consolidated"]
+__all__ = ["sort_consolidate", "merge", "seek", "seek_fenced", "fence", "concat_batches",
+           "empty_batch", "is_consolidated", "FENCE_STEP"]
 
 _SMALL = 32          # below this many updates, insertion sort
 _BUCKET_LOG = 14     # as kernels.sort: ~16 K keys per bucket
@@ -500,3 +500,147 @@ def seek(data, start, keys, ki, kw, strict):
         else:
             hi = mid
     return hi
+
+
+# A *fence* is every FENCE_STEP-th row of a large batch's data, copied into a compact
+# array. Looking a key up in a batch of millions of rows by galloping costs a cache
+# miss per probe; the fence is ~FENCE_STEP times smaller, so a search in it mostly hits
+# the cache and only the final block of FENCE_STEP rows is read from the batch.
+FENCE_STEP = 32
+FENCE_MIN = 4 * FENCE_STEP   # smaller batches get no fence (galloping is cheap there)
+
+
+@njit(cache=True, nogil=True)
+def fence(data):
+    """The fence of a batch's ``data`` (empty for small batches)."""
+    n = data.shape[0]
+    if n < FENCE_MIN:
+        return np.empty((0, data.shape[1]), np.int64)
+    m = (n + FENCE_STEP - 1) // FENCE_STEP
+    out = np.empty((m, data.shape[1]), np.int64)
+    for j in range(m):
+        r = j * FENCE_STEP
+        for c in range(data.shape[1]):
+            out[j, c] = data[r, c]
+    return out
+
+
+@njit(cache=True, nogil=True)
+def seek_fenced(data, fnc, start, keys, ki, kw, strict):
+    """:func:`seek` helped by the batch's fence ``fnc`` (see :func:`fence`)."""
+    nf = fnc.shape[0]
+    if nf == 0:
+        return seek(data, start, keys, ki, kw, strict)
+    n = data.shape[0]
+    limit = 1 if strict else 0
+    if start >= n or _cmp_prefix(data, start, keys, ki, kw) >= limit:
+        return start
+    # First fence row at or after the bound: every fence row before it is below the
+    # bound, so the answer lies after row (j - 1) * FENCE_STEP and at most at row
+    # j * FENCE_STEP (or n).
+    j = seek(fnc, start // FENCE_STEP, keys, ki, kw, strict)
+    lo = (j - 1) * FENCE_STEP
+    if lo < start:
+        lo = start
+    hi = j * FENCE_STEP
+    if hi > n:
+        hi = n
+    # rows before lo are below the bound; row hi (if < n) is not
+    while hi - lo > 1:
+        mid = (lo + hi) >> 1
+        if _cmp_prefix(data, mid, keys, ki, kw) < limit:
+            lo = mid
+        else:
+            hi = mid
+    if _cmp_prefix(data, lo, keys, ki, kw) >= limit:
+        return lo
+    return hi
+
+
+@njit(cache=True, nogil=True)
+def key_ranges(data, fnc, queries, qrows, kw, lo, hi):
+    """Row ranges ``[lo[i], hi[i])`` in the sorted batch ``data`` of the keys
+    ``queries[qrows[i], :kw]`` (sorted ascending, distinct).
+
+    Large batches are searched in lock-step: the fence (kept in cache) narrows every
+    query to one block of FENCE_STEP rows, then all queries take their bisection steps
+    together, so the cache misses of different queries overlap instead of queueing
+    one after another (in a batch of millions of rows each probe is a miss).
+    """
+    n = data.shape[0]
+    m = qrows.shape[0]
+    nf = fnc.shape[0]
+    if nf == 0 or m < 2:
+        pos = np.int64(0)
+        for i in range(m):
+            q = qrows[i]
+            a = seek_fenced(data, fnc, pos, queries, q, kw, False)
+            b = a
+            while b < n and _cmp_prefix(data, b, queries, q, kw) == 0:
+                b += 1
+            lo[i] = a
+            hi[i] = b
+            pos = b
+        return
+    # 1. The fence block of every query: rows (a, b] hold the first row >= the key.
+    a_ = np.empty(m, np.int64)
+    b_ = np.empty(m, np.int64)
+    if 16 * m >= nf:
+        # Dense queries: gallop through the fence (consecutive queries are close).
+        jpos = np.int64(0)
+        for i in range(m):
+            j = seek(fnc, jpos, queries, qrows[i], kw, False)
+            jpos = j
+            a_[i] = j
+    else:
+        # Sparse queries: lock-step bisection of the fence as well (fence rows
+        # (a, b]: the first fence row >= the key).
+        for i in range(m):
+            a_[i] = -1
+            b_[i] = nf
+        active = True
+        while active:
+            active = False
+            for i in range(m):
+                a = a_[i]
+                b = b_[i]
+                if b - a > 1:
+                    mid = (a + b) >> 1
+                    if _cmp_prefix(fnc, mid, queries, qrows[i], kw) < 0:
+                        a_[i] = mid
+                    else:
+                        b_[i] = mid
+                    if b_[i] - a_[i] > 1:
+                        active = True
+        for i in range(m):
+            a_[i] = b_[i]
+    for i in range(m):
+        j = a_[i]
+        a_[i] = (j - 1) * FENCE_STEP     # -FENCE_STEP when j == 0: no row below known
+        if a_[i] < -1:
+            a_[i] = -1
+        b_[i] = min(j * FENCE_STEP, n)
+    # 2. Lock-step bisection inside the blocks.
+    active = True
+    while active:
+        active = False
+        for i in range(m):
+            a = a_[i]
+            b = b_[i]
+            if b - a > 1:
+                mid = (a + b) >> 1
+                if _cmp_prefix(data, mid, queries, qrows[i], kw) < 0:
+                    a_[i] = mid
+                else:
+                    b_[i] = mid
+                if b_[i] - a_[i] > 1:
+                    active = True
+    # 3. Ends: the key's rows follow its first row.
+    for i in range(m):
+        a = b_[i]
+        b = a
+        q = qrows[i]
+        while b < n and _cmp_prefix(data, b, queries, q, kw) == 0:
+            b += 1
+        lo[i] = a
+        hi[i] = b

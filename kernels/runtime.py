@@ -50,7 +50,8 @@ import numpy as np
 from numba import njit, objmode, types
 from numba.typed import List
 
-from .batch import concat_batches, merge, seek, sort_consolidate
+from .batch import (concat_batches, fence, key_ranges, merge, seek, seek_fenced,
+                    sort_consolidate)
 from .reduce import (_accumulate, _logic_count, _logic_extreme, _logic_sum,
                      _logic_top_k)
 from .rows import add_checked, mul_checked
@@ -99,6 +100,9 @@ _I2 = types.Array(types.int64, 2, "C")
 _I1 = types.Array(types.int64, 1, "C")
 BATCH_TYPE = types.Tuple((_I2, _I2, _I1))
 _BLIST = types.ListType(BATCH_TYPE)
+# Batches inside a spine carry their fence (kernels.batch.fence) as a fourth array.
+SBATCH_TYPE = types.Tuple((_I2, _I2, _I1, _I2))
+_SLIST = types.ListType(SBATCH_TYPE)
 
 # Status codes returned by run().
 OK = 0
@@ -139,10 +143,10 @@ def new_state(n_queues, n_spines, n_held, n_pend, pend_w, n_out, n_nodes, n_loop
     q = List.empty_list(_BLIST)
     for _ in range(n_queues):
         q.append(List.empty_list(BATCH_TYPE))
-    sp = List.empty_list(_BLIST)
+    sp = List.empty_list(_SLIST)
     fresh = List.empty_list(_BLIST)
     for _ in range(n_spines):
-        sp.append(List.empty_list(BATCH_TYPE))
+        sp.append(List.empty_list(SBATCH_TYPE))
         fresh.append(List.empty_list(BATCH_TYPE))
     held = List.empty_list(_BLIST)
     for _ in range(n_held):
@@ -179,10 +183,9 @@ def spine_sizes(st):
 
 
 @njit(cache=True)
-def take_output(st, i):
-    """Pop capture ``i``'s collected batches, concatenated."""
+def take_output(st, i, w):
+    """Pop capture ``i``'s collected batches (rows of width ``w``), concatenated."""
     lst = st[6][i]
-    w = lst[0][0].shape[1]
     b = concat_batches(lst, w)
     lst.clear()
     return b
@@ -193,7 +196,7 @@ def spine_batches(st, s):
     """The batches of spine ``s`` (a copy of the list)."""
     out = List.empty_list(BATCH_TYPE)
     for b in st[1][s]:
-        out.append(b)
+        out.append((b[0], b[1], b[2]))
     return out
 
 
@@ -248,13 +251,18 @@ SETTLE_RATIO = 8
 
 
 @njit(cache=True, nogil=True)
+def _fenced(b):
+    return (b[0], b[1], b[2], fence(b[0]))
+
+
+@njit(cache=True, nogil=True)
 def _merge_tail(sp, since, ratio):
     while len(sp) >= 2 and ratio * sp[len(sp) - 1][2].shape[0] >= sp[len(sp) - 2][2].shape[0]:
         y = sp.pop()
         x = sp.pop()
-        m = merge(x, y, since)
+        m = merge((x[0], x[1], x[2]), (y[0], y[1], y[2]), since)
         if m[2].shape[0] > 0:
-            sp.append(m)
+            sp.append(_fenced(m))
 
 
 @njit(cache=True, nogil=True)
@@ -262,7 +270,7 @@ def _spine_insert(sp, b, since):
     """Append a batch and restore the spine's shape (see MERGE_RATIO)."""
     if b[2].shape[0] == 0:
         return
-    sp.append(b)
+    sp.append(_fenced(b))
     _merge_tail(sp, since, MERGE_RATIO)
 
 
@@ -459,10 +467,11 @@ def _grow1(buf, n, need):
 
 
 @njit(cache=True, nogil=True)
-def _cross(L, R, kw, od, ot, of, o):
+def _cross(L, R, kw, od, ot, of, o, lfence, rfence):
     """Append every pair of updates of ``L`` and ``R`` with equal keys: row
     ``(key, L vals, R vals)``, time the join, diff the product. Returns the buffers
-    and the new count. Walks the keys of the smaller batch and gallops in the other."""
+    and the new count. Walks the keys of the smaller batch and gallops in the other
+    (through its fence, if it has one)."""
     ld, lt, lf = L
     rd, rt, rf = R
     nl = lf.shape[0]
@@ -475,16 +484,29 @@ def _cross(L, R, kw, od, ot, of, o):
     dd = ld if drive_left else rd
     nd = nl if drive_left else nr
     other = rd if drive_left else ld
+    ofence = rfence if drive_left else lfence
     no = nr if drive_left else nl
-    pos = np.int64(0)
+    # The driving side's distinct keys (first row of each), then all their ranges in
+    # the other side at once.
+    starts = np.empty(nd + 1, np.int64)
+    ng = np.int64(0)
     s = np.int64(0)
-    while s < nd and pos < no:
+    while s < nd:
+        starts[ng] = s
+        ng += 1
         e = s + 1
         while e < nd and _same_key(dd, s, dd, e, kw):
             e += 1
-        lo = seek(other, pos, dd, s, kw, False)
-        hi = seek(other, lo, dd, s, kw, True) if lo < no else lo
-        pos = hi
+        s = e
+    starts[ng] = nd
+    los = np.empty(ng, np.int64)
+    his = np.empty(ng, np.int64)
+    key_ranges(other, ofence, dd, starts[:ng], kw, los, his)
+    for g in range(ng):
+        s = starts[g]
+        e = starts[g + 1]
+        lo = los[g]
+        hi = his[g]
         if lo < hi:
             if drive_left:
                 l0, l1, r0, r1 = s, e, lo, hi
@@ -507,7 +529,6 @@ def _cross(L, R, kw, od, ot, of, o):
                     ot[o, 1] = max(lt[i, 1], rt[j, 1])
                     of[o] = pr
                     o += 1
-        s = e
     return od, ot, of, o
 
 
@@ -539,14 +560,15 @@ def _step_join(prog, st, n):
     o = np.int64(0)
     sp = st[1]
     # Traces as of the previous pass: this pass's batches wait in `fresh`.
+    nofence = np.empty((0, 1), np.int64)
     for a in qa:
         for r in sp[sr]:
-            od, ot, of, o = _cross(a, r, kw, od, ot, of, o)
+            od, ot, of, o = _cross(a, (r[0], r[1], r[2]), kw, od, ot, of, o, nofence, r[3])
         for b in qb:
-            od, ot, of, o = _cross(a, b, kw, od, ot, of, o)
+            od, ot, of, o = _cross(a, b, kw, od, ot, of, o, nofence, nofence)
     for b in qb:
         for l in sp[sl]:
-            od, ot, of, o = _cross(l, b, kw, od, ot, of, o)
+            od, ot, of, o = _cross((l[0], l[1], l[2]), b, kw, od, ot, of, o, l[3], nofence)
     qa.clear()
     qb.clear()
     if o:
@@ -667,20 +689,16 @@ def _lt_vt(vals, ts, a, b):
 
 
 @njit(cache=True, nogil=True)
-def _ranges(data, keys, kw, lo, hi, row):
+def _ranges(data, fnc, keys, kw, lo, hi, row):
     """For sorted unique ``keys``, the row range of each in the sorted ``data``
-    (written to ``lo[row]``, ``hi[row]``): one gallop per key from the previous end,
-    then a short scan (a key's rows are few)."""
-    n = data.shape[0]
-    pos = np.int64(0)
-    for kk in range(keys.shape[0]):
-        a = seek(data, pos, keys, kk, kw, False)
-        b = a
-        while b < n and _same_key(data, b, keys, kk, kw):
-            b += 1
-        lo[row, kk] = a
-        hi[row, kk] = b
-        pos = b
+    (written to ``lo[row]``, ``hi[row]``); see kernels.batch.key_ranges."""
+    nk = keys.shape[0]
+    a = np.empty(nk, np.int64)
+    b = np.empty(nk, np.int64)
+    key_ranges(data, fnc, keys, np.arange(nk), kw, a, b)
+    for kk in range(nk):
+        lo[row, kk] = a[kk]
+        hi[row, kk] = b[kk]
 
 
 @njit(cache=True, nogil=True)
@@ -768,10 +786,10 @@ def _reduce_gather(new, spine, out_spine, pend, kw, vw, ow, k, p):
     lo = np.empty((nsrc, nk), np.int64)
     hi = np.empty((nsrc, nk), np.int64)
     for sidx in range(nsp):
-        _ranges(spine[sidx][0], keys, kw, lo, hi, sidx)
-    _ranges(nd, keys, kw, lo, hi, nsp)
+        _ranges(spine[sidx][0], spine[sidx][3], keys, kw, lo, hi, sidx)
+    _ranges(nd, np.empty((0, 1), np.int64), keys, kw, lo, hi, nsp)
     for sidx in range(nso):
-        _ranges(out_spine[sidx][0], keys, kw, lo, hi, nsp + 1 + sidx)
+        _ranges(out_spine[sidx][0], out_spine[sidx][3], keys, kw, lo, hi, nsp + 1 + sidx)
     # 3. Sizes: entries at iterations <= k per key (input, output), pending candidates.
     h_offs = np.zeros(nk + 1, np.int64)
     o_offs = np.zeros(nk + 1, np.int64)
@@ -823,11 +841,11 @@ def _reduce_gather(new, spine, out_spine, pend, kw, vw, ow, k, p):
     nc = np.int64(0)
     for sidx in range(nsrc):
         if sidx < nsp:
-            bd, bt, bf = spine[sidx]
+            bd, bt, bf, _ = spine[sidx]
         elif sidx == nsp:
             bd, bt, bf = new
         else:
-            bd, bt, bf = out_spine[sidx - nsp - 1]
+            bd, bt, bf, _ = out_spine[sidx - nsp - 1]
         is_out = sidx > nsp
         for kk in range(nk):
             a = lo[sidx, kk]
@@ -1202,12 +1220,14 @@ def _reduce_agg(new, spine, out_spine, kw, vw, is_sum, col):
             x = y
         # Old history of the touched values.
         for sidx in range(nsp):
-            bd, bt, bf = spine[sidx]
+            bd, bt, bf, bfence = spine[sidx]
             nb = bf.shape[0]
             for v in range(nv):
                 q = vstart[v]
-                lo = seek(bd, pos[sidx], nd, q, w, False)
-                hi = seek(bd, lo, nd, q, w, True) if lo < nb else lo
+                lo = seek_fenced(bd, bfence, pos[sidx], nd, q, w, False)
+                hi = lo
+                while hi < nb and _same_key(bd, hi, nd, q, w):
+                    hi += 1
                 pos[sidx] = hi
                 need = nev + hi - lo
                 ev_v = _grow1(ev_v, nev, need)
@@ -1223,10 +1243,12 @@ def _reduce_agg(new, spine, out_spine, kw, vw, is_sum, col):
         # Old output history of the key, sorted by (row, t).
         o0 = no
         for sidx in range(nso):
-            bd, bt, bf = out_spine[sidx]
+            bd, bt, bf, bfence = out_spine[sidx]
             nb = bf.shape[0]
-            lo = seek(bd, opos[sidx], keys, kk, kw, False)
-            hi = seek(bd, lo, keys, kk, kw, True) if lo < nb else lo
+            lo = seek_fenced(bd, bfence, opos[sidx], keys, kk, kw, False)
+            hi = lo
+            while hi < nb and _same_key(bd, hi, keys, kk, kw):
+                hi += 1
             opos[sidx] = hi
             need = no + hi - lo
             o_vals = _grow2(o_vals, no, need)

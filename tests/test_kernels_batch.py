@@ -141,3 +141,40 @@ def test_seek_matches_searchsorted(kw):
         assert lo == bisect.bisect_left(keys, q)
         assert hi == bisect.bisect_right(keys, q)
         pos = hi
+
+
+@pytest.mark.parametrize("n", [0, 10, 127, 128, 129, 5000])
+@pytest.mark.parametrize("kw", [1, 2])
+def test_seek_fenced_matches_seek(n, kw):
+    rng = np.random.default_rng(n + kw)
+    data, _, _ = kb.sort_consolidate(*updates(n, 3, 60, 5, n))
+    fnc = kb.fence(data)
+    assert len(fnc) == (0 if len(data) < kb.FENCE_MIN else -(-len(data) // kb.FENCE_STEP))
+    queries = np.unique(rng.integers(-2, 65, (300, kw)), axis=0).astype(np.int64)
+    for strict in (False, True):
+        pos = 0
+        for qi in range(len(queries)):
+            want = kb.seek(data, pos, queries, qi, kw, strict)
+            got = kb.seek_fenced(data, fnc, pos, queries, qi, kw, strict)
+            assert got == want
+            pos = want
+
+
+@pytest.mark.parametrize("n", [0, 10, 200, 5000, 40000])
+@pytest.mark.parametrize("nq", [1, 2, 7, 8, 300])
+def test_key_ranges_matches_bisect(n, nq):
+    import bisect
+    rng = np.random.default_rng(n + nq)
+    data, _, _ = kb.sort_consolidate(*updates(n, 2, 400, 5, n + 3))
+    fnc = kb.fence(data)
+    q = np.unique(rng.integers(-2, 405, (nq, 2)), axis=0).astype(np.int64)
+    q[:, 1] = 0
+    q = np.unique(q, axis=0)
+    rows = np.arange(len(q), dtype=np.int64)
+    lo = np.empty(len(q), np.int64)
+    hi = np.empty(len(q), np.int64)
+    kb.key_ranges(data, fnc, q, rows, 1, lo, hi)
+    keys = data[:, 0].tolist()
+    for i in range(len(q)):
+        assert lo[i] == bisect.bisect_left(keys, q[i, 0])
+        assert hi[i] == bisect.bisect_right(keys, q[i, 0])
