@@ -92,7 +92,7 @@ class NativeEngine:
                 scope_of[ids[id(inner)]] = li
 
         kind = np.zeros(N, _I64)
-        prm = np.zeros((N, 10), _I64)
+        prm = np.zeros((N, _rt.PRM_W), _I64)
         proj = []
         self.callbacks = {}           # node id -> Python node (batch callbacks)
         self.logic = {}               # node id -> reduce node (logic callbacks)
@@ -241,10 +241,11 @@ class NativeEngine:
         def arr(x):
             return np.ascontiguousarray(np.asarray(x, dtype=_I64).reshape(-1))
 
-        self.prog = (kind, in_offs, arr(in_src), cons_offs, arr([c for c, _ in cons]),
-                     arr([p for _, p in cons]), qbase, np.ascontiguousarray(prm),
-                     arr(proj), root_order, lo_offs, arr(lo), en_offs, arr(en), maxit,
-                     sp_offs, arr(sorder), sn_offs, arr(sn))
+        self.prm = prm
+        self.prog = _rt.pack_program(
+            (kind, in_offs, arr(in_src), cons_offs, arr([c for c, _ in cons]),
+             arr([p for _, p in cons]), qbase, prm, arr(proj), root_order, lo_offs, arr(lo),
+             en_offs, arr(en), maxit, sp_offs, arr(sorder), sn_offs, arr(sn)))
         self.kind = kind
         self.qbase = qbase
         self.loops = loops

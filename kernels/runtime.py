@@ -131,6 +131,64 @@ def _py_warn(loop, k):
     _HOOKS[2](loop, k)
 
 
+# ------------------------------------------------------------------------------- program
+#
+# The program is one int64 array: a header of N_FIELDS + 1 offsets, then the fields
+# (field i is prog[prog[i]:prog[i + 1]]). One array rather than a tuple of 19 keeps
+# every compiled function's signature small, which matters for compile time (each
+# function taking a wide tuple of arrays costs seconds to compile) and call overhead.
+
+N_FIELDS = 19
+PRM_W = 10      # parameters per node (field 7 holds an [N, PRM_W] matrix)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _fld(prog, i):
+    return prog[prog[i]:prog[i + 1]]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _prm(prog):
+    a = prog[prog[7]:prog[8]]
+    return a.reshape((a.shape[0] // PRM_W, PRM_W))
+
+
+def pack_program(fields):
+    """Pack the program's arrays (in field order) into one int64 array."""
+    assert len(fields) == N_FIELDS
+    flat = [np.ascontiguousarray(f, dtype=np.int64).reshape(-1) for f in fields]
+    offs = np.zeros(N_FIELDS + 1, np.int64)
+    pos = N_FIELDS + 1
+    for i, f in enumerate(flat):
+        offs[i] = pos
+        pos += f.shape[0]
+    offs[N_FIELDS] = pos
+    return np.ascontiguousarray(np.concatenate([offs] + flat))
+
+
+# Each objmode block lives in a function of its own: a function holding one is compiled
+# in several passes (the block is lifted out), so keeping them tiny keeps that cheap.
+
+@njit(cache=True)
+def _cb_batch(n, d0, t0, f0):
+    with objmode(d="int64[:, ::1]", t="int64[:, ::1]", f="int64[::1]"):
+        d, t, f = _py_batch(n, d0, t0, f0)
+    return d, t, f
+
+
+@njit(cache=True)
+def _cb_logic(n, mom_offs, acc_vals, acc_counts):
+    with objmode(w_offs="int64[::1]", w_vals="int64[:, ::1]", w_counts="int64[::1]"):
+        w_offs, w_vals, w_counts = _py_logic(n, mom_offs, acc_vals, acc_counts)
+    return w_offs, w_vals, w_counts
+
+
+@njit(cache=True)
+def _cb_warn(loop, k):
+    with objmode():
+        _py_warn(loop, k)
+
+
 # --------------------------------------------------------------------------------- state
 
 
@@ -209,10 +267,10 @@ def _emit(prog, st, n, b):
     if b[2].shape[0] == 0:
         return
     st[10][n, 2] += b[2].shape[0]
-    cons_offs = prog[3]
-    cons_node = prog[4]
-    cons_port = prog[5]
-    qbase = prog[6]
+    cons_offs = _fld(prog, 3)
+    cons_node = _fld(prog, 4)
+    cons_port = _fld(prog, 5)
+    qbase = _fld(prog, 6)
     q = st[0]
     for c in range(cons_offs[n], cons_offs[n + 1]):
         q[qbase[cons_node[c]] + cons_port[c]].append(b)
@@ -292,9 +350,9 @@ def _flush(prog, st, spines):
 
 @njit(cache=True)
 def _step_linear(prog, st, n, kind):
-    in_offs = prog[1]
-    qbase = prog[6]
-    prm = prog[7]
+    in_offs = _fld(prog, 1)
+    qbase = _fld(prog, 6)
+    prm = _prm(prog)
     q = st[0]
     if kind == K_CONCAT or kind == K_ENTER or kind == K_INPUT:
         for port in range(in_offs[n + 1] - in_offs[n] if kind != K_INPUT else 1):
@@ -326,7 +384,7 @@ def _step_linear(prog, st, n, kind):
         lst.clear()
         return
     if kind == K_PROJECT:
-        cols = prog[8][prm[n, 0]:prm[n, 0] + prm[n, 1]]
+        cols = _fld(prog, 8)[prm[n, 0]:prm[n, 0] + prm[n, 1]]
         lst = q[qbase[n]]
         for b in lst:
             d = b[0]
@@ -359,9 +417,7 @@ def _step_linear(prog, st, n, kind):
         d0 = u[0]
         t0 = u[1]
         f0 = u[2]
-        with objmode(d="int64[:, ::1]", t="int64[:, ::1]", f="int64[::1]"):
-            d, t, f = _py_batch(n, d0, t0, f0)
-        _emit(prog, st, n, (d, t, f))
+        _emit(prog, st, n, _cb_batch(n, d0, t0, f0))
 
 
 # ------------------------------------------------------------------------------- arrange
@@ -369,8 +425,8 @@ def _step_linear(prog, st, n, kind):
 
 @njit(cache=True, nogil=True)
 def _step_arrange(prog, st, n, p, q, k):
-    qbase = prog[6]
-    prm = prog[7]
+    qbase = _fld(prog, 6)
+    prm = _prm(prog)
     w = prm[n, 0]
     s = prm[n, 1]
     h = prm[n, 2]
@@ -542,8 +598,8 @@ def _same_key(a, i, b, j, kw):
 
 @njit(cache=True, nogil=True)
 def _step_join(prog, st, n):
-    qbase = prog[6]
-    prm = prog[7]
+    qbase = _fld(prog, 6)
+    prm = _prm(prog)
     left = prm[n, 0]
     right = prm[n, 1]
     kw = prm[n, 2]
@@ -1347,8 +1403,8 @@ def _reduce_agg(new, spine, out_spine, kw, vw, is_sum, col):
 
 @njit(cache=True)
 def _step_reduce(prog, st, n, p, k):
-    qbase = prog[6]
-    prm = prog[7]
+    qbase = _fld(prog, 6)
+    prm = _prm(prog)
     arr = prm[n, 0]
     s_out = prm[n, 1]
     pid = prm[n, 2]
@@ -1415,8 +1471,7 @@ def _step_reduce(prog, st, n, p, k):
         w_offs, w_vals, w_counts, nw = _logic_top_k(mom_offs, acc_vals, acc_counts, lparam,
                                                     False)
     else:
-        with objmode(w_offs="int64[::1]", w_vals="int64[:, ::1]", w_counts="int64[::1]"):
-            w_offs, w_vals, w_counts = _py_logic(n, mom_offs, acc_vals, acc_counts)
+        w_offs, w_vals, w_counts = _cb_logic(n, mom_offs, acc_vals, acc_counts)
         nw = w_counts.shape[0]
     ck, cv, ct, cf = _corrections_1d(due_offs, due_t, w_offs, w_vals[:nw], w_counts[:nw],
                                      o_offs, o_vals, o_t, o_f)
@@ -1490,7 +1545,7 @@ def _distinct_walk(due_offs, due_t, h_offs, h_t, h_f, o_offs, o_t, o_f):
 
 @njit(cache=True, nogil=True)
 def _step_reduce_agg(prog, st, n, new, kw, vw, is_sum, col):
-    prm = prog[7]
+    prm = _prm(prog)
     s_in = prm[prm[n, 0], 1]
     s_out = prm[n, 1]
     (keys, due_offs, due_t, w_offs, w_vals, w_cnt, o_offs, o_vals, o_t,
@@ -1531,9 +1586,9 @@ def _pend_min_iter(st, pid, kw, p):
 
 @njit(cache=True)
 def _step(prog, st, n, p, q, k):
-    kind = prog[0][n]
-    in_offs = prog[1]
-    qbase = prog[6]
+    kind = _fld(prog, 0)[n]
+    in_offs = _fld(prog, 1)
+    qbase = _fld(prog, 6)
     nin = np.int64(0)
     for port in range(max(1, in_offs[n + 1] - in_offs[n])):
         for b in st[0][qbase[n] + port]:
@@ -1554,12 +1609,12 @@ def _step(prog, st, n, p, q, k):
 @njit(cache=True, nogil=True)
 def _next_round(prog, st, l, p, kmin):
     """Least iteration >= kmin with work at outer times < p in loop ``l``; -1 if none."""
-    order_offs = prog[10]
-    order = prog[11]
-    qbase = prog[6]
-    in_offs = prog[1]
-    prm = prog[7]
-    kinds = prog[0]
+    order_offs = _fld(prog, 10)
+    order = _fld(prog, 11)
+    qbase = _fld(prog, 6)
+    in_offs = _fld(prog, 1)
+    prm = _prm(prog)
+    kinds = _fld(prog, 0)
     best = np.int64(INF)
     for x in range(order_offs[l], order_offs[l + 1]):
         n = order[x]
@@ -1587,15 +1642,15 @@ def _next_round(prog, st, l, p, kmin):
 @njit(cache=True)
 def _run_loop(prog, st, l):
     """Run loop ``l``'s rounds until no work remains at outer times < P."""
-    in_offs = prog[1]
-    in_src = prog[2]
-    order_offs = prog[10]
-    order = prog[11]
-    enter_offs = prog[12]
-    enters = prog[13]
-    maxit = prog[14]
-    spines_offs = prog[15]
-    spines = prog[16]
+    in_offs = _fld(prog, 1)
+    in_src = _fld(prog, 2)
+    order_offs = _fld(prog, 10)
+    order = _fld(prog, 11)
+    enter_offs = _fld(prog, 12)
+    enters = _fld(prog, 13)
+    maxit = _fld(prog, 14)
+    spines_offs = _fld(prog, 15)
+    spines = _fld(prog, 16)
     nf = st[7]
     loop_prev = st[8]
     info = st[9]
@@ -1617,8 +1672,7 @@ def _run_loop(prog, st, l):
             return ITERATION_LIMIT
         if maxit[l] < 0 and k >= 10_000 and (info[3] >> min(l, 62)) & 1 == 0:
             info[3] |= 1 << min(l, 62)
-            with objmode():
-                _py_warn(l, k)
+            _cb_warn(l, k)
         for x in range(order_offs[l], order_offs[l + 1]):
             _step(prog, st, order[x], p, q, k)
         _flush(prog, st, my_spines)
@@ -1640,15 +1694,15 @@ def _run_loop(prog, st, l):
 def run(prog, st, in_frontiers):
     """One ``Dataflow.run()``: a pass over the root scope (loops run their rounds when
     the pass reaches them). Returns a status code (``OK`` or ``ITERATION_LIMIT``)."""
-    kinds = prog[0]
-    in_offs = prog[1]
-    in_src = prog[2]
-    prm = prog[7]
-    root = prog[9]
-    spines_offs = prog[15]
-    spines = prog[16]
-    spine_nodes_offs = prog[17]
-    spine_nodes = prog[18]
+    kinds = _fld(prog, 0)
+    in_offs = _fld(prog, 1)
+    in_src = _fld(prog, 2)
+    prm = _prm(prog)
+    root = _fld(prog, 9)
+    spines_offs = _fld(prog, 15)
+    spines = _fld(prog, 16)
+    spine_nodes_offs = _fld(prog, 17)
+    spine_nodes = _fld(prog, 18)
     nf = st[7]
     since = st[3]
     for x in range(root.shape[0]):
