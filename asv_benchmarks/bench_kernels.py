@@ -3,12 +3,18 @@ throughput relative to the machine's memcpy bandwidth measured in the same run.
 
 ``time_*`` benchmarks are asv-timed; ``track_*`` benchmarks report rows/s and the ratio
 "bytes the kernel streams per second / memcpy bytes per second" (1.0 = memcpy speed).
+The ``Batch*`` suites cover :mod:`ddnumba.kernels.batch`, the flat batches of the native
+runtime (sort_consolidate, merge with compaction, seek). Compile and import times are
+in ``bench_compile``.
 """
 import numpy as np
+from numba import njit
 
-from ddnumba.kernels import consolidate, cursor, lattice, merge, partition, sort, trie
+from ddnumba.kernels import batch, consolidate, cursor, lattice, merge, partition, sort, \
+    trie
 
-from .common import SIZES, median_seconds, memcpy_bytes_per_second, sorted_trie, \
+from .common import I64_MIN, SIZES, batch_bytes, flat_batch, flat_updates, \
+    interleaved_ratio, median_seconds, memcpy_bytes_per_second, sorted_trie, \
     unsorted_updates
 
 BYTES_PER_UPDATE = 4 * 8  # key, val, time, diff
@@ -168,20 +174,201 @@ class Partition:
         partition.scatter(self.buckets, 4)
 
 
-class Compile:
-    """Import time of the package (kernels load from Numba's cache)."""
+# --------------------------------------------------------- kernels.batch (native runtime)
 
-    def timeraw_import_ddnumba(self):
-        return "import ddnumba"
 
-    def timeraw_compile_consolidate_uncached(self):
-        # A fresh Numba cache directory: this measures compiling the kernels involved.
-        return """
-import os, tempfile
-os.environ["NUMBA_CACHE_DIR"] = tempfile.mkdtemp()
-import numpy as np
-from ddnumba.kernels import consolidate
-consolidate.consolidate(np.zeros((3, 2), np.int64), np.zeros((3, 1), np.int64),
-                        np.ones(3, np.int64))
-"""
-    timeraw_compile_consolidate_uncached.timeout = 300
+class BatchSortConsolidate:
+    """``batch.sort_consolidate`` of n unsorted updates (data, outer time, iteration).
+
+    ``layout``: ``packed`` rows fit one 64-bit sort word (the single-pass path), ``wide``
+    rows need two (a pass per word carrying the permutation). The result is allocated
+    per call, as in the runtime.
+    """
+
+    params = [SIZES, ["packed", "wide"]]
+    param_names = ["n", "layout"]
+    timeout = 300
+
+    def setup(self, n, layout):
+        self.data, self.times, self.diffs = flat_updates(n, layout)
+        small = flat_updates(1000, layout)
+        batch.sort_consolidate(*small)                         # JIT warm-up
+        d, t, f = batch.sort_consolidate(self.data, self.times, self.diffs)
+        assert batch.is_consolidated(d, t, f)
+
+    def time_sort_consolidate(self, n, layout):
+        batch.sort_consolidate(self.data, self.times, self.diffs)
+
+    def track_sort_consolidate_rows_per_s(self, n, layout):
+        return n / median_seconds(lambda: batch.sort_consolidate(
+            self.data, self.times, self.diffs), repeat=3)
+    track_sort_consolidate_rows_per_s.unit = "rows/s"
+
+    def track_sort_consolidate_vs_memcpy(self, n, layout):
+        rate = self.track_sort_consolidate_rows_per_s(n, layout) * batch_bytes(self.data)
+        return rate / memcpy_bytes_per_second()
+    track_sort_consolidate_vs_memcpy.unit = "fraction of memcpy"
+
+
+class BatchMerge:
+    """``batch.merge`` of two consolidated flat batches built from n/2 updates each (n
+    input updates in total; the batches share many rows). ``since=-2**63`` only merges;
+    ``since=500`` also compacts: outer times below 500 advance to 500 and equal times of
+    a row are summed (zeros dropped). The result is allocated per call, as in the
+    runtime."""
+
+    params = [SIZES]
+    param_names = ["n"]
+    timeout = 300
+
+    def setup(self, n):
+        self.a = flat_batch(n // 2, 1)
+        self.b = flat_batch(n // 2, 2)
+        self.rows = len(self.a[2]) + len(self.b[2])     # updates actually merged
+        small_a, small_b = flat_batch(1000, 3), flat_batch(1000, 4)
+        batch.merge(small_a, small_b, I64_MIN)                 # JIT warm-up
+        out = batch.merge(self.a, self.b, I64_MIN)
+        assert len(out[2]) <= self.rows and batch.is_consolidated(*out)
+        out = batch.merge(self.a, self.b, 500)
+        assert batch.is_consolidated(*out) and out[1][:, 0].min() >= 500
+
+    def time_merge(self, n):
+        batch.merge(self.a, self.b, I64_MIN)
+
+    def time_merge_compacting(self, n):
+        batch.merge(self.a, self.b, 500)
+
+    def track_merge_rows_per_s(self, n):
+        return self.rows / median_seconds(lambda: batch.merge(self.a, self.b, I64_MIN),
+                                          repeat=3)
+    track_merge_rows_per_s.unit = "rows/s"
+
+    def track_merge_compacting_rows_per_s(self, n):
+        return self.rows / median_seconds(lambda: batch.merge(self.a, self.b, 500),
+                                          repeat=3)
+    track_merge_compacting_rows_per_s.unit = "rows/s"
+
+    def track_merge_vs_memcpy(self, n):
+        rate = self.track_merge_rows_per_s(n) * batch_bytes(self.a[0])
+        return rate / memcpy_bytes_per_second()
+    track_merge_vs_memcpy.unit = "fraction of memcpy"
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _key_end(data, a, keys, q):
+    # The rows of a key follow its first row (one key column here).
+    b = a
+    while b < data.shape[0] and data[b, 0] == keys[q, 0]:
+        b += 1
+    return b
+
+
+@njit(cache=True, nogil=True)
+def _ranges_seek(data, keys, lo, hi):
+    """Row range of every (sorted) query key with ``batch.seek``, each search galloping
+    on from the previous key's end, as the runtime's joins walk a batch."""
+    pos = np.int64(0)
+    for q in range(keys.shape[0]):
+        a = batch.seek(data, pos, keys, q, 1, False)
+        pos = _key_end(data, a, keys, q)
+        lo[q] = a
+        hi[q] = pos
+
+
+# Newer than batch.seek: batch.seek_fenced (a fence of every FENCE_STEP-th row guides the
+# search) and batch.key_ranges (all queries searched in lock-step). A variant is skipped
+# on versions without its kernel (the drivers compile lazily, so a missing attribute is
+# never looked up there).
+HAS_KERNEL = {"seek": True, "seek_fenced": hasattr(batch, "seek_fenced"),
+              "key_ranges": hasattr(batch, "key_ranges")}
+
+
+@njit(cache=True, nogil=True)
+def _ranges_seek_fenced(data, fnc, keys, lo, hi):
+    pos = np.int64(0)
+    for q in range(keys.shape[0]):
+        a = batch.seek_fenced(data, fnc, pos, keys, q, 1, False)
+        pos = _key_end(data, a, keys, q)
+        lo[q] = a
+        hi[q] = pos
+
+
+class BatchSeek:
+    """The row range of each of many sorted, distinct query keys in a consolidated flat
+    batch of about n updates (~n/8 keys, ~8 updates each): ``n * density`` draws, half
+    from the batch's keys and half random, deduplicated (``density=1`` asks about nearly
+    every key).
+
+    ``kernel``: ``seek`` gallops on from the previous key's end; ``seek_fenced`` first
+    searches the batch's fence; ``key_ranges`` searches all queries in lock-step through
+    the fence. Fences are built once per batch, outside the timing (as the runtime
+    keeps them); every kernel yields each key's first and end row. The reference is
+    ``np.searchsorted`` of the queries in the key column, ``"left"`` and ``"right"`` (a
+    binary search per query and side): ``track_seek_vs_searchsorted`` > 1 means the
+    kernel is faster.
+    """
+
+    params = [SIZES, [0.001, 0.1, 1.0], ["seek", "seek_fenced", "key_ranges"]]
+    param_names = ["n", "density", "kernel"]
+    timeout = 300
+
+    def setup(self, n, density, kernel):
+        if not HAS_KERNEL[kernel]:
+            raise NotImplementedError(f"batch.{kernel} is not in this version")
+        data, self.col, keys = _seek_case(n, density)
+        self.keys = keys
+        lo = np.empty(len(keys), np.int64)
+        hi = np.empty(len(keys), np.int64)
+        if kernel == "seek":
+            self.seek = lambda: _ranges_seek(data, keys, lo, hi)
+        elif kernel == "seek_fenced":
+            fnc = batch.fence(data)
+            self.seek = lambda: _ranges_seek_fenced(data, fnc, keys, lo, hi)
+        else:
+            fnc = batch.fence(data)
+            qrows = np.arange(len(keys))
+            self.seek = lambda: batch.key_ranges(data, fnc, keys, qrows, 1, lo, hi)
+        self.seek()                                               # JIT warm-up
+        assert np.array_equal(lo, np.searchsorted(self.col, keys[:, 0], "left"))
+        assert np.array_equal(hi, np.searchsorted(self.col, keys[:, 0], "right"))
+
+    def time_seek(self, n, density, kernel):
+        self.seek()
+
+    def track_seek_queries_per_s(self, n, density, kernel):
+        return len(self.keys) / median_seconds(self.seek, repeat=5)
+    track_seek_queries_per_s.unit = "queries/s"
+
+    def track_seek_vs_searchsorted(self, n, density, kernel):
+        col, keys = self.col, np.ascontiguousarray(self.keys[:, 0])
+        return interleaved_ratio(lambda: (np.searchsorted(col, keys, "left"),
+                                          np.searchsorted(col, keys, "right")), self.seek)
+    track_seek_vs_searchsorted.unit = "x searchsorted"
+
+
+def _seek_case(n, density):
+    """The batch's data, its key column, and the sorted distinct queries ``[q, 1]``."""
+    data = flat_batch(n, 5)[0]
+    col = np.ascontiguousarray(data[:, 0])
+    rng = np.random.default_rng(6)
+    q = max(1, int(n * density))
+    present = data[rng.integers(0, len(data), q - q // 2), 0]
+    absent = rng.integers(0, max(1, n // 8) + 1, q // 2)
+    keys = np.ascontiguousarray(np.unique(np.concatenate([present, absent])).reshape(-1, 1))
+    return data, col, keys
+
+
+class SearchsortedReference:
+    """``np.searchsorted`` (both sides) of the ``BatchSeek`` queries in the key column."""
+
+    params = [SIZES, [0.001, 0.1, 1.0]]
+    param_names = ["n", "density"]
+    timeout = 300
+
+    def setup(self, n, density):
+        _, self.col, keys = _seek_case(n, density)
+        self.keys = np.ascontiguousarray(keys[:, 0])
+
+    def time_searchsorted(self, n, density):
+        np.searchsorted(self.col, self.keys, "left")
+        np.searchsorted(self.col, self.keys, "right")

@@ -8,6 +8,12 @@ adds edge ``M + j``, each change at its own distinct time. ``B`` changes are fed
 count (state must not grow with the number of changes), and, in the same process, the
 time of a from-scratch recompute (scipy breadth-first search from every root per run)
 for comparison.
+
+:class:`ReachSession` loads the graph once and then feeds the window in segments of any
+batch size (the asv suites measure several batch sizes after one load of the 1e6-node
+graph); :func:`run_reach` is one load and one segment. ``engine`` selects the
+:class:`~ddnumba.Dataflow` engine (``None``: the Dataflow default, ``"auto"`` unless
+``DDNUMBA_ENGINE`` says otherwise); the figures name the engine that actually ran.
 """
 from __future__ import annotations
 
@@ -19,9 +25,11 @@ import numpy as np
 
 import ddnumba as dd
 
-__all__ = ["workload", "build_reach", "state_records", "run_reach", "main"]
+__all__ = ["workload", "build_reach", "state_records", "ReachSession", "run_reach",
+           "run_reach_sweep", "main"]
 
 SEED = 20240601
+ENGINES = ("auto", "native", "python")
 
 
 def workload(n, u, *, roots=10, seed=SEED):
@@ -36,9 +44,9 @@ def workload(n, u, *, roots=10, seed=SEED):
     return src, dst, root_ids, new_src, new_dst
 
 
-def build_reach(workers=1):
+def build_reach(workers=1, engine=None):
     """The roadmap's reachability program: pairs (root, node)."""
-    df = dd.Dataflow(workers=workers)
+    df = dd.Dataflow(workers=workers, engine=engine)
     roots_in, roots = df.new_input(["root"])
     edges_in, edges = df.new_input(["src", "dst"])
     start = roots.map(lambda r: (r, r), names=["root", "node"])
@@ -86,95 +94,246 @@ def _scratch_bfs(n, src, dst, roots):
     return [len(breadth_first_order(g, int(r), return_predecessors=False)) for r in roots]
 
 
-def run_reach(n, batch, changes, *, recompute=True, progress=False, checkpoints=(),
-              workers=1):
-    """Run the workload; returns a dict of figures (see module docstring)."""
-    src, dst, roots, new_src, new_dst = workload(n, changes)
-    m = len(src)
-    all_src = np.concatenate([src, new_src])
-    all_dst = np.concatenate([dst, new_dst])
-    df, roots_in, edges_in, probe, counts = build_reach(workers)
-    t0 = time.perf_counter()
-    edges_in.insert(src, dst, time=0)
-    roots_in.insert(roots, time=0)
-    edges_in.advance_to(1)
-    roots_in.advance_to(1)
-    df.run()
-    load = time.perf_counter() - t0
-    records_after_load = state_records(df)
-    lat = []
-    marks = {}
-    t = 1
-    steps = changes // batch
-    ones = np.ones(batch, np.int64)
-    it = range(steps)
-    if progress:
-        try:
-            from tqdm import tqdm
-            it = tqdm(it, desc=f"N={n} B={batch}", unit="run")
-        except ImportError:  # pragma: no cover
-            pass
-    for s in it:
-        j = np.arange(s * batch, (s + 1) * batch)
-        times = t + np.arange(batch)
-        a = time.perf_counter()
-        edges_in.update(np.concatenate([all_src[j], all_src[m + j]]),
-                        np.concatenate([all_dst[j], all_dst[m + j]]),
-                        time=np.concatenate([times, times]),
-                        diff=np.concatenate([-ones, ones]))
-        t += batch
-        edges_in.advance_to(t)
-        roots_in.advance_to(t)
-        df.run()
-        lat.append(time.perf_counter() - a)
-        done = (s + 1) * batch
-        if done in checkpoints:
-            marks[done] = (np.array(lat[-min(len(lat), 1000):]), state_records(df))
-    lat = np.array(lat)
-    out = {
-        "n": n, "batch": batch, "workers": workers, "changes": steps * batch, "load_s": load,
-        "records_after_load": records_after_load, "records_end": state_records(df),
-        "p50_ms": float(np.median(lat) * 1e3) if len(lat) else float("nan"),
-        "p99_ms": float(np.percentile(lat, 99) * 1e3) if len(lat) else float("nan"),
-        "max_ms": float(lat.max() * 1e3) if len(lat) else float("nan"),
-        "changes_per_s": float(batch / np.median(lat)) if len(lat) else float("nan"),
-        "latencies": lat, "marks": marks,
-    }
-    if recompute:
-        live_src = all_src[steps * batch: m + steps * batch]
-        live_dst = all_dst[steps * batch: m + steps * batch]
+def _latency_figures(lat, batch):
+    if not len(lat):
+        nan = float("nan")
+        return {"p50_ms": nan, "p99_ms": nan, "max_ms": nan, "changes_per_s": nan}
+    return {"p50_ms": float(np.median(lat) * 1e3),
+            "p99_ms": float(np.percentile(lat, 99) * 1e3),
+            "max_ms": float(lat.max() * 1e3),
+            "changes_per_s": float(batch / np.median(lat))}
+
+
+class ReachSession:
+    """The reachability dataflow over the workload's graph: :meth:`load` it once, then
+    :meth:`feed` the sliding window in segments (each with its own batch size).
+
+    ``capacity`` is the number of window changes the session can feed in total.
+    """
+
+    def __init__(self, n, capacity, *, workers=1, engine=None):
+        src, dst, roots, new_src, new_dst = workload(n, capacity)
+        self.n, self.capacity, self.workers = n, capacity, workers
+        self.requested = engine or "default"
+        self.m = len(src)
+        self.src, self.dst, self.roots = src, dst, roots
+        self.all_src = np.concatenate([src, new_src])
+        self.all_dst = np.concatenate([dst, new_dst])
+        (self.df, self.roots_in, self.edges_in, self.probe,
+         self.counts) = build_reach(workers, engine)
+        self.pos = 0        # window changes fed so far
+        self.t = 1          # the next change's time
+        self.load_s = None
+        self.records_after_load = None
+
+    @property
+    def engine(self):
+        """The engine that runs the dataflow (known after :meth:`load`)."""
+        return "native" if self.df._native else "python"
+
+    def load(self):
+        """Insert the graph and the roots at time 0 and run to the first complete
+        answer; returns the seconds that took."""
+        t0 = time.perf_counter()
+        self.edges_in.insert(self.src, self.dst, time=0)
+        self.roots_in.insert(self.roots, time=0)
+        self.edges_in.advance_to(1)
+        self.roots_in.advance_to(1)
+        self.df.run()
+        self.load_s = time.perf_counter() - t0
+        self.records_after_load = state_records(self.df)
+        return self.load_s
+
+    def feed(self, batch, changes, *, progress=False, checkpoints=()):
+        """Feed the next ``changes`` window changes, ``batch`` per ``run()``, each at
+        its own time (``changes`` is rounded down to whole batches).
+
+        Returns figures of this segment: ``latencies`` (s per run), percentiles,
+        ``changes_per_s`` (batch / median latency), ``records_end``, and ``marks``:
+        ``{changes done: (latencies of the last <= 1000 runs, state records)}`` at each
+        of ``checkpoints`` (counted within this segment).
+        """
+        steps = changes // batch
+        if self.pos + steps * batch > self.capacity:
+            raise ValueError(f"ReachSession.feed: {steps * batch} more changes exceed the "
+                             f"session's capacity ({self.capacity}, {self.pos} fed)")
+        m, all_src, all_dst = self.m, self.all_src, self.all_dst
+        edges_in, roots_in, df = self.edges_in, self.roots_in, self.df
+        checkpoints = set(checkpoints)
+        lat = []
+        marks = {}
+        t = self.t
+        base = self.pos
+        ones = np.ones(batch, np.int64)
+        steps_it = range(steps)
+        if progress:
+            try:
+                from tqdm import tqdm
+                steps_it = tqdm(steps_it, desc=f"N={self.n} B={batch} {self.engine}",
+                                unit="run")
+            except ImportError:  # pragma: no cover
+                pass
+        for s in steps_it:
+            j = np.arange(base + s * batch, base + (s + 1) * batch)
+            times = t + np.arange(batch)
+            a = time.perf_counter()
+            edges_in.update(np.concatenate([all_src[j], all_src[m + j]]),
+                            np.concatenate([all_dst[j], all_dst[m + j]]),
+                            time=np.concatenate([times, times]),
+                            diff=np.concatenate([-ones, ones]))
+            t += batch
+            edges_in.advance_to(t)
+            roots_in.advance_to(t)
+            df.run()
+            lat.append(time.perf_counter() - a)
+            done = (s + 1) * batch
+            if done in checkpoints:
+                marks[done] = (np.array(lat[-min(len(lat), 1000):]), state_records(df))
+        self.t = t
+        self.pos = base + steps * batch
+        lat = np.array(lat)
+        out = {"n": self.n, "batch": batch, "workers": self.workers,
+               "requested": self.requested, "engine": self.engine,
+               "changes": steps * batch, "load_s": self.load_s,
+               "records_after_load": self.records_after_load,
+               "records_end": state_records(df)}
+        out.update(_latency_figures(lat, batch))
+        out["latencies"] = lat
+        out["marks"] = marks
+        return out
+
+    def recompute(self):
+        """Median time of a from-scratch recompute of the current graph (scipy BFS from
+        every root), and whether the dataflow's answer equals it."""
+        live_src = self.all_src[self.pos: self.m + self.pos]
+        live_dst = self.all_dst[self.pos: self.m + self.pos]
         samples = []
         for _ in range(3):
             a = time.perf_counter()
-            sizes = _scratch_bfs(n, live_src, live_dst, roots)
+            sizes = _scratch_bfs(self.n, live_src, live_dst, self.roots)
             samples.append(time.perf_counter() - a)
-        out["recompute_ms"] = float(np.median(samples) * 1e3)
-        # The engine's final answer must equal the recompute.
-        got = dict(zip(*[c.to_pylist() for c in counts.at(t - 1).columns[:2]]))
-        out["check"] = all(got.get(int(r)) == sz for r, sz in zip(roots, sizes))
-    # Operator nodes reference each other (consumers and inputs): free the whole graph
-    # now, before the next configuration builds its own (at N=1e6 each holds GBs).
-    df.close()
-    del df, roots_in, edges_in, probe, counts
-    gc.collect()
+        got = dict(zip(*[c.to_pylist() for c in self.counts.at(self.t - 1).columns[:2]]))
+        check = all(got.get(int(r)) == sz for r, sz in zip(self.roots, sizes))
+        return float(np.median(samples) * 1e3), check
+
+    def close(self):
+        # Operator nodes reference each other (consumers and inputs): free the whole
+        # graph now, before the next configuration builds its own (at N=1e6 each holds
+        # GBs).
+        if self.df is not None:
+            self.df.close()
+        self.df = self.roots_in = self.edges_in = self.probe = self.counts = None
+        gc.collect()
+
+
+def run_reach(n, batch, changes, *, recompute=True, progress=False, checkpoints=(),
+              workers=1, engine=None):
+    """Run the workload (one load, ``changes`` changes ``batch`` per run); returns a
+    dict of figures (see module docstring and :meth:`ReachSession.feed`)."""
+    session = ReachSession(n, changes, workers=workers, engine=engine)
+    try:
+        session.load()
+        out = session.feed(batch, changes, progress=progress, checkpoints=checkpoints)
+        if recompute:
+            out["recompute_ms"], out["check"] = session.recompute()
+    finally:
+        session.close()
     return out
 
 
+def run_reach_sweep(n, segments, *, workers=1, engine=None, progress=False):
+    """One load of the ``n``-node graph, then one segment per ``(batch, changes)`` of
+    ``segments``, in order, continuing the same window. Returns one figures dict per
+    segment (all carrying the single load's ``load_s``)."""
+    segments = list(segments)
+    session = ReachSession(n, sum(c - c % b for b, c in segments), workers=workers,
+                           engine=engine)
+    try:
+        session.load()
+        return [session.feed(b, c, progress=progress) for b, c in segments]
+    finally:
+        session.close()
+
+
 def _table(rows):
-    cols = ["n", "batch", "workers", "changes", "load_s", "changes_per_s", "p50_ms", "p99_ms",
-            "max_ms", "recompute_ms", "ratio", "records_after_load", "records_end",
-            "check"]
+    cols = ["n", "batch", "workers", "engine", "changes", "load_s", "changes_per_s",
+            "p50_ms", "p99_ms", "max_ms", "recompute_ms", "ratio", "records_after_load",
+            "records_end", "check"]
     print(" ".join(f"{c:>14}" for c in cols))
     for r in rows:
         r = dict(r)
         if "recompute_ms" in r:
             # >1: the incremental update of one batch beats recomputing from scratch.
             r["ratio"] = r["recompute_ms"] / r["p50_ms"]
+        r["engine"] = _ran(r)
         vals = []
         for c in cols:
             v = r.get(c, "")
             vals.append(f"{v:>14.3f}" if isinstance(v, float) else f"{v!s:>14}")
         print(" ".join(vals))
+
+
+def _ran(r):
+    """The engine label of a row: the one requested, and the one that ran if other."""
+    if r["requested"] == r["engine"]:
+        return r["engine"]
+    return f"{r['requested']}:{r['engine']}"
+
+
+def _ratio_lines(rows, engines, workers):
+    """Throughput comparisons printed after the table."""
+    if len(workers) > 1:
+        for e in engines:
+            base = {(r["n"], r["batch"]): r["changes_per_s"] for r in rows
+                    if r["workers"] == 1 and r["requested"] == e}
+            for r in rows:
+                key = (r["n"], r["batch"])
+                if r["workers"] > 1 and r["requested"] == e and key in base:
+                    tag = f" engine={e}" if len(engines) > 1 else ""
+                    print(f"N={r['n']} B={r['batch']}{tag}: W={r['workers']} speedup "
+                          f"{r['changes_per_s'] / base[key]:.2f}x over "
+                          f"W=1, {r['changes_per_s'] / r['workers']:.0f} changes/s per "
+                          f"worker")
+    if len(engines) > 1:
+        # The first engine given is the reference: "--engine native python" prints
+        # native/python changes/s (> 1: native is faster), per N, B and W.
+        by = {(r["n"], r["batch"], r["workers"], r["requested"]): r for r in rows}
+        e0 = engines[0]
+        for r0 in rows:
+            if r0["requested"] != e0:
+                continue
+            key = (r0["n"], r0["batch"], r0["workers"])
+            for e in engines[1:]:
+                r = by.get(key + (e,))
+                if r is None:
+                    continue
+                print(f"N={key[0]} B={key[1]} W={key[2]}: {_ran(r0)} "
+                      f"{r0['changes_per_s']:.0f} changes/s, {_ran(r)} "
+                      f"{r['changes_per_s']:.0f} changes/s: ratio {e0}/{e} "
+                      f"{r0['changes_per_s'] / r['changes_per_s']:.2f}x")
+
+
+def _plot(rows, path, several_engines):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for row in rows:
+        lat = np.sort(row["latencies"]) * 1e3
+        label = f"N={row['n']} B={row['batch']}"
+        if row["workers"] > 1:
+            label += f" W={row['workers']}"
+        if several_engines:
+            label += f" {row['engine']}"
+        ax.plot(lat, np.arange(1, len(lat) + 1) / max(len(lat), 1), label=label)
+    ax.set_xscale("log")
+    ax.set_xlabel("latency per run (ms)")
+    ax.set_ylabel("fraction of runs")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    print(f"wrote {path}")
 
 
 def main(argv=None):
@@ -188,40 +347,30 @@ def main(argv=None):
                    help="changes per configuration (default: max(20 * B, 200))")
     r.add_argument("--workers", type=int, nargs="+", default=[1],
                    help="worker processes (several values: compared in one process)")
+    r.add_argument("--engine", nargs="+", choices=ENGINES, default=None,
+                   help="Dataflow engine (default: the Dataflow default, 'auto' unless "
+                        "DDNUMBA_ENGINE is set); several values are compared in one "
+                        "process, the first is the reference of the ratio lines")
     r.add_argument("--no-recompute", action="store_true")
     r.add_argument("--plot", default=None, help="write a latency CDF PNG here")
     args = p.parse_args(argv)
+    engines = list(dict.fromkeys(args.engine)) if args.engine else [None]
     rows = []
     for n in args.nodes:
         for b in args.batch:
             changes = args.changes or max(20 * b, 200)
             for w in args.workers:
-                rows.append(run_reach(n, b, changes, recompute=not args.no_recompute,
-                                      progress=True, workers=w))
+                for e in engines:
+                    if w > 1 and e == "native":
+                        print(f"N={n} B={b} W={w}: skipped engine=native (the native "
+                              f"engine runs one worker)")
+                        continue
+                    rows.append(run_reach(n, b, changes, recompute=not args.no_recompute,
+                                          progress=True, workers=w, engine=e))
     _table(rows)
-    if len(args.workers) > 1:
-        base = {(r["n"], r["batch"]): r["changes_per_s"] for r in rows if r["workers"] == 1}
-        for r in rows:
-            if r["workers"] > 1 and (r["n"], r["batch"]) in base:
-                print(f"N={r['n']} B={r['batch']}: W={r['workers']} speedup "
-                      f"{r['changes_per_s'] / base[(r['n'], r['batch'])]:.2f}x over W=1, "
-                      f"{r['changes_per_s'] / r['workers']:.0f} changes/s per worker")
+    _ratio_lines(rows, [e or "default" for e in engines], args.workers)
     if args.plot:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for row in rows:
-            lat = np.sort(row["latencies"]) * 1e3
-            ax.plot(lat, np.arange(1, len(lat) + 1) / len(lat),
-                    label=f"N={row['n']} B={row['batch']}")
-        ax.set_xscale("log")
-        ax.set_xlabel("latency per run (ms)")
-        ax.set_ylabel("fraction of runs")
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(args.plot, dpi=120)
-        print(f"wrote {args.plot}")
+        _plot(rows, args.plot, len(engines) > 1)
 
 
 if __name__ == "__main__":
