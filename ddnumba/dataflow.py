@@ -473,6 +473,10 @@ class Dataflow:
         engine = engine or os.environ.get("DDNUMBA_ENGINE", "auto")
         if engine not in ENGINES:
             raise ValueError(f"Dataflow: engine must be one of {ENGINES}, got {engine!r}")
+        if engine == "native" and self.workers != 1:
+            raise ValueError(f"Dataflow(engine='native'): not supported: workers="
+                             f"{self.workers} (worker processes run the Python engine; "
+                             f"use engine='auto' or 'python')")
         self.engine = engine
         self._native = None        # NativeEngine, False (Python engine), None (undecided)
         self.cluster = None        # set at the first run() when workers > 1
