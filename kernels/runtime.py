@@ -324,6 +324,27 @@ def _merge_tail(sp, since, ratio):
 
 
 @njit(cache=True, nogil=True)
+def _settle_spine(sp, since):
+    """At the end of a run, restore a strongly geometric shape: every batch is more
+    than SETTLE_RATIO times larger than all the batches after it together. The suffix
+    that breaks this is merged into one batch (compacting it to the new frontier), so
+    readers search at most a couple of large batches, while a run that added little
+    only merges little."""
+    cut = len(sp)
+    total = np.int64(0)
+    for i in range(len(sp) - 1, 0, -1):
+        total += sp[i][2].shape[0]
+        if SETTLE_RATIO * total >= sp[i - 1][2].shape[0]:
+            cut = i - 1
+    while len(sp) > cut + 1:
+        y = sp.pop()
+        x = sp.pop()
+        m = merge((x[0], x[1], x[2]), (y[0], y[1], y[2]), since)
+        if m[2].shape[0] > 0:
+            sp.append(_fenced(m))
+
+
+@njit(cache=True, nogil=True)
 def _spine_insert(sp, b, since):
     """Append a batch and restore the spine's shape (see MERGE_RATIO)."""
     if b[2].shape[0] == 0:
@@ -1682,7 +1703,7 @@ def _run_loop(prog, st, l):
     for s in my_spines:
         if p > since[s] and p != INF:
             since[s] = p
-        _merge_tail(st[1][s], since[s], SETTLE_RATIO)
+        _settle_spine(st[1][s], since[s])
     for x in range(order_offs[l], order_offs[l + 1]):
         nf[order[x]] = p
     if p != INF:
@@ -1734,5 +1755,5 @@ def run(prog, st, in_frontiers):
                 f = v
         if f != INF and f > since[s]:
             since[s] = f
-        _merge_tail(st[1][s], since[s], SETTLE_RATIO)
+        _settle_spine(st[1][s], since[s])
     return OK
