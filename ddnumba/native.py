@@ -145,7 +145,8 @@ class NativeEngine:
                 prm[i, 2] = node.kw
             elif isinstance(node, ReduceNode):
                 kind[i] = _rt.K_REDUCE
-                prm[i, 0] = ids[id(node.arranged)]
+                arr_id = ids[id(node.arranged)]
+                prm[i, 0] = arr_id
                 prm[i, 1] = len(spine_scope)
                 prm[i, 2] = len(pend_w)
                 prm[i, 3] = node.kw
@@ -163,9 +164,20 @@ class NativeEngine:
                         # (key, total, nonzero values); see runtime._reduce_agg).
                         prm[i, 8] = 1
                 pend_w.append(node.kw + 1)
-                spine_scope.append(group)
-                spine_nodes.append([i])
-                self.spine_owner.append((node, "reduce"))
+                if prm[i, 8] == 0 and [c for c, _ in node.arranged.consumers] == [node]:
+                    # The reduce is its arrangement's only reader: input and output
+                    # history share one trace, rows (key, tag, vals) (runtime
+                    # _reduce_gather), so each key is looked up once per batch.
+                    w = node.kw + 1 + max(node.arranged.vw, node.ow)
+                    prm[arr_id, 3] = w
+                    prm[arr_id, 4] = node.kw
+                    prm[i, 9] = w
+                    prm[i, 1] = prm[arr_id, 1]
+                    spine_nodes[prm[arr_id, 1]].append(i)
+                else:
+                    spine_scope.append(group)
+                    spine_nodes.append([i])
+                    self.spine_owner.append((node, "reduce"))
             elif isinstance(node, EnterNode):
                 kind[i] = _rt.K_ENTER
             elif isinstance(node, LeaveNode):

@@ -491,6 +491,10 @@ def _step_arrange(prog, st, n, p, q, k):
         due = (dd, dt, df)
     b = sort_consolidate(due[0], due[1], due[2])
     if b[2].shape[0]:
+        if prm[n, 3] > 0:
+            # The arrangement of a reduce that shares its trace with the reduce's
+            # output: rows become (key, 0, vals, padding) (see _reduce_gather).
+            b = _tag_rows(b, prm[n, 4], prm[n, 3], 0)
         st[2][s].append(b)
         _emit(prog, st, n, b)
 
@@ -503,6 +507,23 @@ def _copy_upd(u, r, od, ot, of, o):
     ot[o, 0] = u[1][r, 0]
     ot[o, 1] = u[1][r, 1]
     of[o] = u[2][r]
+
+
+@njit(cache=True, nogil=True)
+def _tag_rows(b, kw, w, tag):
+    """Rows ``(key, vals)`` as ``(key, tag, vals, 0...)`` of width ``w``: the layout of
+    a trace shared by a reduce's input (tag 0) and output (tag 1). A constant column
+    after the key keeps the rows sorted."""
+    d = b[0]
+    n = d.shape[0]
+    out = np.zeros((n, w), np.int64)
+    for r in range(n):
+        for c in range(kw):
+            out[r, c] = d[r, c]
+        out[r, kw] = tag
+        for c in range(kw, d.shape[1]):
+            out[r, c + 1] = d[r, c]
+    return out, b[1], b[2]
 
 
 @njit(cache=True, nogil=True)
@@ -796,7 +817,7 @@ def _sort_small(a, lo, hi):
 
 
 @njit(cache=True, nogil=True)
-def _reduce_gather(new, spine, out_spine, pend, kw, vw, ow, k, p):
+def _reduce_gather(new, spine, out_spine, pend, kw, vw, ow, k, p, tagged):
     """Phase 1 of a reduce round: keys, their due outer times, histories, pending.
 
     Returns ``(keys, due_offs, due_t, h_offs, h_vals, h_t, h_f, o_offs, o_vals, o_t,
@@ -806,7 +827,12 @@ def _reduce_gather(new, spine, out_spine, pend, kw, vw, ow, k, p):
 
     Batch-major: every batch is searched for all keys in one galloping pass, then the
     entries are copied key by key into exactly sized arrays (no per-key allocation).
+
+    ``tagged``: input and output history share one trace (``spine``; ``out_spine`` is
+    empty) with rows ``(key, tag, vals)``, tag 0 for input and 1 for output updates,
+    so each key is looked up once per batch instead of once in each trace.
     """
+    voff = kw + 1 if tagged else kw
     nd, nt, nf = new
     pd, pt, pf = pend
     n_new = nf.shape[0]
@@ -875,29 +901,33 @@ def _reduce_gather(new, spine, out_spine, pend, kw, vw, ow, k, p):
     n_cand = np.int64(0)
     for sidx in range(nsrc):
         if sidx < nsp:
-            bt = spine[sidx][1]
+            bd, bt, _, _ = spine[sidx]
         elif sidx == nsp:
+            bd = nd
             bt = nt
         else:
-            bt = out_spine[sidx - nsp - 1][1]
+            bd, bt, _, _ = out_spine[sidx - nsp - 1]
         is_out = sidx > nsp
         for kk in range(nk):
             a = lo[sidx, kk]
             b = hi[sidx, kk]
             if a == b:
                 continue
-            cnt = np.int64(0)
+            cnt_h = np.int64(0)
+            cnt_o = np.int64(0)
             for r in range(a, b):
                 if bt[r, 1] <= k:
-                    cnt += 1
-            n_cand += (b - a) - cnt
-            if cnt:
-                if is_out:
-                    o_offs[kk + 1] += cnt
-                    nsrc_o[kk] += 1
-                else:
-                    h_offs[kk + 1] += cnt
-                    nsrc_h[kk] += 1
+                    if is_out or (tagged and bd[r, kw] == 1):
+                        cnt_o += 1
+                    else:
+                        cnt_h += 1
+            n_cand += (b - a) - cnt_h - cnt_o
+            if cnt_o:
+                o_offs[kk + 1] += cnt_o
+                nsrc_o[kk] += 1
+            if cnt_h:
+                h_offs[kk + 1] += cnt_h
+                nsrc_h[kk] += 1
     for kk in range(nk):
         h_offs[kk + 1] += h_offs[kk]
         o_offs[kk + 1] += o_offs[kk]
@@ -930,17 +960,17 @@ def _reduce_gather(new, spine, out_spine, pend, kw, vw, ow, k, p):
             for r in range(a, b):
                 it = bt[r, 1]
                 if it <= k:
-                    if is_out:
+                    if is_out or (tagged and bd[r, kw] == 1):
                         q = ocur[kk]
                         for x in range(ow):
-                            o_vals[q, x] = bd[r, kw + x]
+                            o_vals[q, x] = bd[r, voff + x]
                         o_t[q] = bt[r, 0]
                         o_f[q] = bf[r]
                         ocur[kk] = q + 1
                     else:
                         q = hcur[kk]
                         for x in range(vw):
-                            h_vals[q, x] = bd[r, kw + x]
+                            h_vals[q, x] = bd[r, voff + x]
                         h_t[q] = bt[r, 0]
                         h_f[q] = bf[r]
                         hcur[kk] = q + 1
@@ -1447,8 +1477,8 @@ def _step_reduce(prog, st, n, p, k):
                 break
         if not any_due:
             return
-        new = (np.empty((0, kw + vw), np.int64), np.empty((0, 2), np.int64),
-               np.empty(0, np.int64))
+        new = (np.empty((0, prm[arr, 3] if prm[n, 9] > 0 else kw + vw), np.int64),
+               np.empty((0, 2), np.int64), np.empty(0, np.int64))
     elif len(lst) == 1:
         new = lst[0]
     else:
@@ -1459,8 +1489,11 @@ def _step_reduce(prog, st, n, p, k):
     if prm[n, 8] == 1:
         _step_reduce_agg(prog, st, n, new, kw, vw, logic == L_SUM, lparam)
         return
+    tagged = prm[n, 9] > 0
+    out_spine = st[1][s_out] if not tagged else _EMPTY_SPINE()
     (keys, due_offs, due_t, h_offs, h_vals, h_t, h_f, o_offs, o_vals, o_t, o_f,
-     new_pend) = _reduce_gather(new, st[1][s_in], st[1][s_out], pend, kw, vw, ow, k, p)
+     new_pend) = _reduce_gather(new, st[1][s_in], out_spine, pend, kw, vw, ow, k, p,
+                                tagged)
     st[5][pid] = new_pend
     if due_t.shape[0] == 0:
         return
@@ -1500,9 +1533,15 @@ def _step_reduce(prog, st, n, p, k):
 
 
 @njit(cache=True, nogil=True)
+def _EMPTY_SPINE():
+    return List.empty_list(SBATCH_TYPE)
+
+
+@njit(cache=True, nogil=True)
 def _reduce_emit(prog, st, n, keys, ck, cv, ct, cf, kw, ow, k, s_out):
     """Corrections (key index, out values, outer time, diff) at iteration ``k`` as a
-    batch: inserted into the output trace and emitted."""
+    batch: inserted into the output trace (tagged 1 when the trace is shared with the
+    input, see _reduce_gather) and emitted."""
     m = cf.shape[0]
     if m == 0:
         return
@@ -1516,7 +1555,11 @@ def _reduce_emit(prog, st, n, keys, ck, cv, ct, cf, kw, ow, k, s_out):
         times[r, 0] = ct[r]
         times[r, 1] = k
     out = (data, times, cf)
-    _spine_insert(st[1][s_out], out, st[3][s_out])
+    prm = _prm(prog)
+    if prm[n, 9] > 0:
+        _spine_insert(st[1][s_out], _tag_rows(out, kw, prm[n, 9], 1), st[3][s_out])
+    else:
+        _spine_insert(st[1][s_out], out, st[3][s_out])
     _emit(prog, st, n, out)
 
 
