@@ -168,10 +168,15 @@ class NativeEngine:
                     # The reduce is its arrangement's only reader: input and output
                     # history share one trace, rows (key, tag, vals) (runtime
                     # _reduce_gather), so each key is looked up once per batch.
-                    w = node.kw + 1 + max(node.arranged.vw, node.ow)
-                    prm[arr_id, 3] = w
-                    prm[arr_id, 4] = node.kw
-                    prm[i, 9] = w
+                    if node.arranged.vw == node.ow:
+                        # Equal widths: rows unchanged, output updates stored at
+                        # iteration -1 - i (no extra column).
+                        prm[i, 9] = -1
+                    else:
+                        w = node.kw + 1 + max(node.arranged.vw, node.ow)
+                        prm[arr_id, 3] = w
+                        prm[arr_id, 4] = node.kw
+                        prm[i, 9] = w
                     prm[i, 1] = prm[arr_id, 1]
                     spine_nodes[prm[arr_id, 1]].append(i)
                 else:

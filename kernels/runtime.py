@@ -817,7 +817,7 @@ def _sort_small(a, lo, hi):
 
 
 @njit(cache=True, nogil=True)
-def _reduce_gather(new, spine, out_spine, pend, kw, vw, ow, k, p, tagged):
+def _reduce_gather(new, spine, out_spine, pend, kw, vw, ow, k, p, share):
     """Phase 1 of a reduce round: keys, their due outer times, histories, pending.
 
     Returns ``(keys, due_offs, due_t, h_offs, h_vals, h_t, h_f, o_offs, o_vals, o_t,
@@ -828,11 +828,14 @@ def _reduce_gather(new, spine, out_spine, pend, kw, vw, ow, k, p, tagged):
     Batch-major: every batch is searched for all keys in one galloping pass, then the
     entries are copied key by key into exactly sized arrays (no per-key allocation).
 
-    ``tagged``: input and output history share one trace (``spine``; ``out_spine`` is
-    empty) with rows ``(key, tag, vals)``, tag 0 for input and 1 for output updates,
-    so each key is looked up once per batch instead of once in each trace.
+    ``share`` != 0: input and output history share one trace (``spine``; ``out_spine``
+    is empty), so each key is looked up once per batch instead of once in each trace.
+    With ``share > 0`` rows are ``(key, tag, vals)`` (tag 0 input, 1 output, padded to
+    ``share`` columns); with ``share == -1`` (input and output rows of equal width) the
+    rows are unchanged and an output update at iteration ``i`` is stored at ``-1 - i``
+    (iterations are never negative otherwise).
     """
-    voff = kw + 1 if tagged else kw
+    voff = kw + 1 if share > 0 else kw
     nd, nt, nf = new
     pd, pt, pf = pend
     n_new = nf.shape[0]
@@ -916,8 +919,15 @@ def _reduce_gather(new, spine, out_spine, pend, kw, vw, ow, k, p, tagged):
             cnt_h = np.int64(0)
             cnt_o = np.int64(0)
             for r in range(a, b):
-                if bt[r, 1] <= k:
-                    if is_out or (tagged and bd[r, kw] == 1):
+                it = bt[r, 1]
+                out = is_out
+                if share > 0:
+                    out = out or bd[r, kw] == 1
+                elif share < 0 and it < 0:
+                    out = True
+                    it = -1 - it
+                if it <= k:
+                    if out:
                         cnt_o += 1
                     else:
                         cnt_h += 1
@@ -959,8 +969,14 @@ def _reduce_gather(new, spine, out_spine, pend, kw, vw, ow, k, p, tagged):
             b = hi[sidx, kk]
             for r in range(a, b):
                 it = bt[r, 1]
+                out = is_out
+                if share > 0:
+                    out = out or bd[r, kw] == 1
+                elif share < 0 and it < 0:
+                    out = True
+                    it = -1 - it
                 if it <= k:
-                    if is_out or (tagged and bd[r, kw] == 1):
+                    if out:
                         q = ocur[kk]
                         for x in range(ow):
                             o_vals[q, x] = bd[r, voff + x]
@@ -1489,11 +1505,11 @@ def _step_reduce(prog, st, n, p, k):
     if prm[n, 8] == 1:
         _step_reduce_agg(prog, st, n, new, kw, vw, logic == L_SUM, lparam)
         return
-    tagged = prm[n, 9] > 0
-    out_spine = st[1][s_out] if not tagged else _EMPTY_SPINE()
+    share = prm[n, 9]
+    out_spine = st[1][s_out] if share == 0 else _EMPTY_SPINE()
     (keys, due_offs, due_t, h_offs, h_vals, h_t, h_f, o_offs, o_vals, o_t, o_f,
      new_pend) = _reduce_gather(new, st[1][s_in], out_spine, pend, kw, vw, ow, k, p,
-                                tagged)
+                                share)
     st[5][pid] = new_pend
     if due_t.shape[0] == 0:
         return
@@ -1558,6 +1574,12 @@ def _reduce_emit(prog, st, n, keys, ck, cv, ct, cf, kw, ow, k, s_out):
     prm = _prm(prog)
     if prm[n, 9] > 0:
         _spine_insert(st[1][s_out], _tag_rows(out, kw, prm[n, 9], 1), st[3][s_out])
+    elif prm[n, 9] < 0:
+        # Shared trace, equal widths: output updates at iteration -1 - k.
+        st_times = times.copy()
+        for r in range(m):
+            st_times[r, 1] = -1 - k
+        _spine_insert(st[1][s_out], (data, st_times, cf), st[3][s_out])
     else:
         _spine_insert(st[1][s_out], out, st[3][s_out])
     _emit(prog, st, n, out)
