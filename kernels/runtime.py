@@ -687,8 +687,13 @@ def _key_cmp(a, i, b, j, kw):
 
 
 @njit(cache=True, nogil=True)
-def _sort_vt(vals, ts, fs, lo, hi, perm_buf, tmp_v, tmp_t, tmp_f):
-    """Sort entries ``[lo, hi)`` by (val, t) in place (stable merge sort by index)."""
+def _sort_vt(vals, ts, fs, lo, hi, runs, tmp_v, tmp_t, tmp_f):
+    """Sort entries ``[lo, hi)`` by (val, t) in place, stably.
+
+    The entries are a concatenation of a few sorted runs (one per trace batch), so this
+    is a natural merge sort: find the runs, then merge neighbours pairwise, ping-ponging
+    between the range and the scratch arrays (``tmp_*`` hold ``hi - lo`` entries,
+    ``runs`` ``hi - lo + 1``)."""
     m = hi - lo
     if m <= 1:
         return
@@ -706,76 +711,81 @@ def _sort_vt(vals, ts, fs, lo, hi, perm_buf, tmp_v, tmp_t, tmp_f):
             ts[j] = t0
             fs[j] = f0
         return
-    sorted_ = True
+    nr = np.int64(1)
+    runs[0] = 0
     for i in range(lo + 1, hi):
-        c = np.int64(0)
-        for x in range(vw):
-            if vals[i - 1, x] != vals[i, x]:
-                c = -1 if vals[i - 1, x] < vals[i, x] else 1
-                break
-        if c == 0:
-            c = -1 if ts[i - 1] < ts[i] else (0 if ts[i - 1] == ts[i] else 1)
-        if c > 0:
-            sorted_ = False
-            break
-    if sorted_:
+        if _lt_vt(vals, ts, i, i - 1):
+            runs[nr] = i - lo
+            nr += 1
+    if nr == 1:
         return
-    idx = perm_buf[:m]
-    for i in range(m):
-        idx[i] = lo + i
-    # insertion sort for short runs, else bottom-up merge sort
-    if m <= 32:
-        for i in range(1, m):
-            x = idx[i]
-            j = i
-            while j > 0 and _lt_vt(vals, ts, x, idx[j - 1]):
-                idx[j] = idx[j - 1]
-                j -= 1
-            idx[j] = x
-    else:
-        tmp = np.empty(m, np.int64)
-        width = 1
-        src = idx
-        dst = tmp
-        while width < m:
-            for start in range(0, m, 2 * width):
-                mid = min(start + width, m)
-                end = min(start + 2 * width, m)
-                a = start
-                b = mid
-                o = start
-                while a < mid and b < end:
-                    if _lt_vt(vals, ts, src[b], src[a]):
-                        dst[o] = src[b]
-                        b += 1
-                    else:
-                        dst[o] = src[a]
-                        a += 1
-                    o += 1
-                while a < mid:
-                    dst[o] = src[a]
-                    a += 1
-                    o += 1
-                while b < end:
-                    dst[o] = src[b]
-                    b += 1
-                    o += 1
-            src, dst = dst, src
-            width *= 2
-        if src is not idx:
-            for i in range(m):
-                idx[i] = src[i]
-    for i in range(m):
-        j = idx[i]
-        for x in range(vw):
-            tmp_v[i, x] = vals[j, x]
-        tmp_t[i] = ts[j]
-        tmp_f[i] = fs[j]
-    for i in range(m):
-        for x in range(vw):
-            vals[lo + i, x] = tmp_v[i, x]
-        ts[lo + i] = tmp_t[i]
-        fs[lo + i] = tmp_f[i]
+    runs[nr] = m
+    in_tmp = False
+    while nr > 1:
+        if in_tmp:
+            nr = _merge_runs_pass(tmp_v, tmp_t, tmp_f, 0, vals, ts, fs, lo, runs, nr, vw)
+        else:
+            nr = _merge_runs_pass(vals, ts, fs, lo, tmp_v, tmp_t, tmp_f, 0, runs, nr, vw)
+        in_tmp = not in_tmp
+    if in_tmp:
+        for i in range(m):
+            for x in range(vw):
+                vals[lo + i, x] = tmp_v[i, x]
+            ts[lo + i] = tmp_t[i]
+            fs[lo + i] = tmp_f[i]
+
+
+@njit(cache=True, nogil=True)
+def _merge_runs_pass(sv, st_, sf, so, dv, dt, df, do, runs, nr, vw):
+    """One pass of _sort_vt: merge runs ``2q`` and ``2q + 1`` (bounds ``runs``, relative
+    to offsets ``so`` / ``do``) from ``s*`` into ``d*``; rewrites ``runs``, returns the
+    new run count. Values have ``vw`` columns (scratch arrays may have more)."""
+    w = np.int64(0)
+    q = np.int64(0)
+    while q < nr:
+        a0 = runs[q]
+        a1 = runs[q + 1]
+        b1 = runs[q + 2] if q + 1 < nr else a1
+        i = a0
+        j = a1
+        o = a0
+        while i < a1 and j < b1:
+            c = np.int64(0)
+            for x in range(vw):
+                if sv[so + j, x] != sv[so + i, x]:
+                    c = -1 if sv[so + j, x] < sv[so + i, x] else 1
+                    break
+            if c == 0:
+                c = -1 if st_[so + j] < st_[so + i] else 1
+            src = j if c < 0 else i
+            for x in range(vw):
+                dv[do + o, x] = sv[so + src, x]
+            dt[do + o] = st_[so + src]
+            df[do + o] = sf[so + src]
+            o += 1
+            if c < 0:
+                j += 1
+            else:
+                i += 1
+        while i < a1:
+            for x in range(vw):
+                dv[do + o, x] = sv[so + i, x]
+            dt[do + o] = st_[so + i]
+            df[do + o] = sf[so + i]
+            o += 1
+            i += 1
+        while j < b1:
+            for x in range(vw):
+                dv[do + o, x] = sv[so + j, x]
+            dt[do + o] = st_[so + j]
+            df[do + o] = sf[so + j]
+            o += 1
+            j += 1
+        runs[w] = a0
+        w += 1
+        q += 2
+    runs[w] = o
+    return w
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -901,7 +911,7 @@ def _reduce_gather(new, spine, out_spine, pend, kw, vw, ow, k, p, share):
     o_offs = np.zeros(nk + 1, np.int64)
     nsrc_h = np.zeros(nk, np.int64)
     nsrc_o = np.zeros(nk, np.int64)
-    n_cand = np.int64(0)
+    c_cnt = np.zeros(nk, np.int64)
     for sidx in range(nsrc):
         if sidx < nsp:
             bd, bt, _, _ = spine[sidx]
@@ -931,7 +941,7 @@ def _reduce_gather(new, spine, out_spine, pend, kw, vw, ow, k, p, share):
                         cnt_o += 1
                     else:
                         cnt_h += 1
-            n_cand += (b - a) - cnt_h - cnt_o
+            c_cnt[kk] += (b - a) - cnt_h - cnt_o
             if cnt_o:
                 o_offs[kk + 1] += cnt_o
                 nsrc_o[kk] += 1
@@ -949,13 +959,17 @@ def _reduce_gather(new, spine, out_spine, pend, kw, vw, ow, k, p, share):
     o_vals = np.empty((no, ow), np.int64)
     o_t = np.empty(no, np.int64)
     o_f = np.empty(no, np.int64)
-    c_key = np.empty(n_cand, np.int64)
+    # candidates (entries at iterations > k) are grouped by key: c_offs
+    c_offs = np.zeros(nk + 1, np.int64)
+    for kk in range(nk):
+        c_offs[kk + 1] = c_offs[kk] + c_cnt[kk]
+    n_cand = c_offs[nk]
     c_it = np.empty(n_cand, np.int64)
     c_t = np.empty(n_cand, np.int64)
     # 4. Fill, batch by batch.
     hcur = h_offs[:nk].copy()
     ocur = o_offs[:nk].copy()
-    nc = np.int64(0)
+    ccur = c_offs[:nk].copy()
     for sidx in range(nsrc):
         if sidx < nsp:
             bd, bt, bf, _ = spine[sidx]
@@ -991,16 +1005,16 @@ def _reduce_gather(new, spine, out_spine, pend, kw, vw, ow, k, p, share):
                         h_f[q] = bf[r]
                         hcur[kk] = q + 1
                 else:
-                    c_key[nc] = kk
-                    c_it[nc] = it
-                    c_t[nc] = max(kmin[kk], bt[r, 0])
-                    nc += 1
+                    q = ccur[kk]
+                    c_it[q] = it
+                    c_t[q] = max(kmin[kk], bt[r, 0])
+                    ccur[kk] = q + 1
     # 5. Per key: sort histories gathered from several batches by (val, t); due times
     # are m and every history time after it.
     big = np.int64(0)
     for kk in range(nk):
         big = max(big, h_offs[kk + 1] - h_offs[kk], o_offs[kk + 1] - o_offs[kk])
-    perm = np.empty(big, np.int64)
+    perm = np.empty(big + 1, np.int64)
     tv = np.empty((big, max(vw, ow)), np.int64)
     tt = np.empty(big, np.int64)
     tf = np.empty(big, np.int64)
@@ -1020,6 +1034,26 @@ def _reduce_gather(new, spine, out_spine, pend, kw, vw, ow, k, p, share):
         d0 = ndue
         due_t[ndue] = m
         ndue += 1
+        if vw == 0 and ow == 0:
+            # both histories are sorted by time: merge the times after m
+            a = h0
+            while a < h1 and h_t[a] <= m:
+                a += 1
+            b = o0
+            while b < o1 and o_t[b] <= m:
+                b += 1
+            while a < h1 or b < o1:
+                if b >= o1 or (a < h1 and h_t[a] <= o_t[b]):
+                    x = h_t[a]
+                    a += 1
+                else:
+                    x = o_t[b]
+                    b += 1
+                if x != due_t[ndue - 1]:
+                    due_t[ndue] = x
+                    ndue += 1
+            due_offs[kk + 1] = ndue
+            continue
         for r in range(h0, h1):
             if h_t[r] > m:
                 due_t[ndue] = h_t[r]
@@ -1037,7 +1071,11 @@ def _reduce_gather(new, spine, out_spine, pend, kw, vw, ow, k, p, share):
         ndue = w
         due_offs[kk + 1] = ndue
     # 6. Pending afterwards: the entries not consumed, plus the candidates, one entry per
-    # (key, iteration) with the least outer time.
+    # (key, iteration) with the least outer time. Candidates are reduced per key (sort by
+    # iteration, keep the least time), so they come out sorted by (key, iteration) and
+    # are merged with the kept entries (already sorted so) without a sort.
+    c_end = np.empty(nk, np.int64)
+    nc = _min_per_iteration(c_offs, c_it, c_t, c_end)
     n_keep = np.int64(0)
     for r in range(n_pend):
         if keep[r]:
@@ -1048,39 +1086,92 @@ def _reduce_gather(new, spine, out_spine, pend, kw, vw, ow, k, p, share):
     qt = np.zeros((tot, 2), np.int64)
     qf = np.ones(tot, np.int64)
     o = np.int64(0)
-    for r in range(n_pend):
-        if keep[r]:
+    r = np.int64(0)
+    kk = np.int64(0)
+    ci = np.int64(0)     # next reduced candidate (c_offs[kk] .. c_end[kk] per key)
+    while True:
+        while r < n_pend and not keep[r]:
+            r += 1
+        while kk < nk and ci >= c_end[kk]:
+            kk += 1
+            if kk < nk:
+                ci = c_offs[kk]
+        if r >= n_pend and kk >= nk:
+            break
+        if r >= n_pend:
+            c = np.int64(1)
+        elif kk >= nk:
+            c = np.int64(-1)
+        else:
+            c = _key_cmp(pd, r, keys, kk, kw)
+            if c == 0:
+                c = -1 if pd[r, kw] < c_it[ci] else (0 if pd[r, kw] == c_it[ci] else 1)
+        if c <= 0:
             for x in range(pw):
                 qd[o, x] = pd[r, x]
             qt[o, 0] = pt[r, 0]
-            o += 1
-    for r in range(nc):
-        for x in range(kw):
-            qd[o, x] = keys[c_key[r], x]
-        qd[o, kw] = c_it[r]
-        qt[o, 0] = c_t[r]
+            if c == 0 and c_t[ci] < pt[r, 0]:
+                qt[o, 0] = c_t[ci]
+            r += 1
+        else:
+            for x in range(kw):
+                qd[o, x] = keys[kk, x]
+            qd[o, kw] = c_it[ci]
+            qt[o, 0] = c_t[ci]
+        if c >= 0:
+            ci += 1
         o += 1
-    new_pend = _dedup_pending(qd, qt, qf, kw) if nc else (qd, qt, qf)
+    new_pend = (qd[:o], qt[:o], qf[:o])
     return (keys, due_offs, due_t[:ndue].reshape((ndue, 1)), h_offs, h_vals,
             h_t.reshape((nh, 1)), h_f, o_offs, o_vals, o_t.reshape((no, 1)), o_f, new_pend)
 
 
 @njit(cache=True, nogil=True)
-def _dedup_pending(qd, qt, qf, kw):
-    """Sort pending entries by (key, iteration, t) and keep the first per (key, it)."""
-    d, t, f = sort_consolidate(qd, qt, qf)
-    n = f.shape[0]
-    keep = np.int64(0)
-    for r in range(n):
-        if r > 0 and _key_cmp(d, r - 1, d, r, kw + 1) == 0:
-            continue
-        for x in range(kw + 1):
-            d[keep, x] = d[r, x]
-        t[keep, 0] = t[r, 0]
-        t[keep, 1] = t[r, 1]
-        f[keep] = 1
-        keep += 1
-    return d[:keep].copy(), t[:keep].copy(), f[:keep].copy()
+def _min_per_iteration(c_offs, c_it, c_t, c_end):
+    """Per key segment ``c_offs[kk] .. c_offs[kk + 1]`` of candidates (iteration, time):
+    sort by iteration, keep one per iteration with the least time, compacted in place
+    to the segment's front, which ends at ``c_end[kk]``. Returns the number kept."""
+    nk = c_offs.shape[0] - 1
+    total = np.int64(0)
+    for kk in range(nk):
+        a = c_offs[kk]
+        b = c_offs[kk + 1]
+        if b - a > 1:
+            _sort_pairs(c_it, c_t, a, b)
+        w = a
+        for r in range(a, b):
+            if w > a and c_it[w - 1] == c_it[r]:
+                if c_t[r] < c_t[w - 1]:
+                    c_t[w - 1] = c_t[r]
+                continue
+            c_it[w] = c_it[r]
+            c_t[w] = c_t[r]
+            w += 1
+        c_end[kk] = w
+        total += w - a
+    return total
+
+
+@njit(cache=True, nogil=True)
+def _sort_pairs(a, b, lo, hi):
+    """Sort ``(a, b)[lo:hi]`` by ``a`` (ties in any order)."""
+    if hi - lo > 32:
+        idx = np.argsort(a[lo:hi], kind="mergesort")
+        ta = a[lo:hi][idx]
+        tb = b[lo:hi][idx]
+        a[lo:hi] = ta
+        b[lo:hi] = tb
+        return
+    for i in range(lo + 1, hi):
+        x = a[i]
+        y = b[i]
+        j = i
+        while j > lo and a[j - 1] > x:
+            a[j] = a[j - 1]
+            b[j] = b[j - 1]
+            j -= 1
+        a[j] = x
+        b[j] = y
 
 
 @njit(cache=True, nogil=True)
@@ -1385,7 +1476,7 @@ def _reduce_agg(new, spine, out_spine, kw, vw, is_sum, col):
                 no += 1
         if nso > 1 and no - o0 > 1:
             tmpv = np.empty((no - o0, 2), np.int64)
-            _sort_vt(o_vals, o_t, o_f, o0, no, np.empty(no - o0, np.int64), tmpv,
+            _sort_vt(o_vals, o_t, o_f, o0, no, np.empty(no - o0 + 1, np.int64), tmpv,
                      np.empty(no - o0, np.int64), np.empty(no - o0, np.int64))
         o_offs[kk + 1] = no
         # Events in time order; the due times are m and every event time after it.
