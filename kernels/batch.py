@@ -30,7 +30,7 @@ from .rows import add_checked
 from .sort import _bucket_sort, _column_widths, _lsd_sort, _pack_word, _unpack_word
 
 __all__ = ["sort_consolidate", "merge", "seek", "seek_fenced", "fence", "concat_batches",
-           "empty_batch", "is_consolidated", "FENCE_STEP"]
+           "empty_batch", "is_consolidated", "FENCE_STEP", "fence_rows"]
 
 _SMALL = 32          # below this many updates, insertion sort
 _BUCKET_LOG = 14     # as kernels.sort: ~16 K keys per bucket
@@ -506,32 +506,52 @@ def seek(data, start, keys, ki, kw, strict):
 # array. Looking a key up in a batch of millions of rows by galloping costs a cache
 # miss per probe; the fence is ~FENCE_STEP times smaller, so a search in it mostly hits
 # the cache and only the final block of FENCE_STEP rows is read from the batch.
+# Batches of tens of millions of rows have fences of megabytes, themselves out of
+# cache: their fence carries a second level (every FENCE_STEP-th fence row) appended
+# after its ``fence_rows(n)`` first-level rows, so a lookup reads a cached top level,
+# then one block of the fence and one block of the batch.
 FENCE_STEP = 32
 FENCE_MIN = 4 * FENCE_STEP   # smaller batches get no fence (galloping is cheap there)
+FENCE_TOP_MIN = 64 * FENCE_STEP   # fences of fewer rows get no second level
+
+
+@njit(cache=True, nogil=True)
+def fence_rows(n, fnc):
+    """First-level rows of the fence ``fnc`` of a batch of ``n`` rows (0: no fence)."""
+    if fnc.shape[0] == 0:
+        return np.int64(0)
+    return (n + FENCE_STEP - 1) // FENCE_STEP
 
 
 @njit(cache=True, nogil=True)
 def fence(data):
-    """The fence of a batch's ``data`` (empty for small batches)."""
+    """The fence of a batch's ``data`` (empty for small batches): first-level rows,
+    then, for very large batches, the second level (see above)."""
     n = data.shape[0]
     if n < FENCE_MIN:
         return np.empty((0, data.shape[1]), np.int64)
     m = (n + FENCE_STEP - 1) // FENCE_STEP
-    out = np.empty((m, data.shape[1]), np.int64)
+    m2 = (m + FENCE_STEP - 1) // FENCE_STEP if m >= FENCE_TOP_MIN else 0
+    out = np.empty((m + m2, data.shape[1]), np.int64)
     for j in range(m):
         r = j * FENCE_STEP
         for c in range(data.shape[1]):
             out[j, c] = data[r, c]
+    for j in range(m2):
+        r = j * FENCE_STEP
+        for c in range(data.shape[1]):
+            out[m + j, c] = out[r, c]
     return out
 
 
 @njit(cache=True, nogil=True)
 def seek_fenced(data, fnc, start, keys, ki, kw, strict):
     """:func:`seek` helped by the batch's fence ``fnc`` (see :func:`fence`)."""
-    nf = fnc.shape[0]
+    n = data.shape[0]
+    nf = fence_rows(n, fnc)
     if nf == 0:
         return seek(data, start, keys, ki, kw, strict)
-    n = data.shape[0]
+    fnc = fnc[:nf]
     limit = 1 if strict else 0
     if start >= n or _cmp_prefix(data, start, keys, ki, kw) >= limit:
         return start
@@ -569,7 +589,9 @@ def key_ranges(data, fnc, queries, qrows, kw, lo, hi):
     """
     n = data.shape[0]
     m = qrows.shape[0]
-    nf = fnc.shape[0]
+    nf = fence_rows(n, fnc)
+    top = fnc[nf:]
+    fnc = fnc[:nf]
     # Dense queries (a few blocks apart on average) are cheapest galloped in order:
     # consecutive probes stay in cache. Lock-step pays off for sparse ones.
     if nf == 0 or m < 2 or m * 4 * FENCE_STEP >= n:
@@ -596,10 +618,31 @@ def key_ranges(data, fnc, queries, qrows, kw, lo, hi):
             a_[i] = j
     else:
         # Sparse queries: lock-step bisection of the fence as well (fence rows
-        # (a, b]: the first fence row >= the key).
+        # (a, b]: the first fence row >= the key), narrowed first by the second level
+        # if there is one (top row j is fence row j * FENCE_STEP).
+        nt = top.shape[0]
         for i in range(m):
             a_[i] = -1
-            b_[i] = nf
+            b_[i] = nt if nt > 0 else nf
+        if nt > 0:
+            active = True
+            while active:
+                active = False
+                for i in range(m):
+                    a = a_[i]
+                    b = b_[i]
+                    if b - a > 1:
+                        mid = (a + b) >> 1
+                        if _cmp_prefix(top, mid, queries, qrows[i], kw) < 0:
+                            a_[i] = mid
+                        else:
+                            b_[i] = mid
+                        if b_[i] - a_[i] > 1:
+                            active = True
+            for i in range(m):
+                j = b_[i]
+                a_[i] = max((j - 1) * FENCE_STEP, -1)
+                b_[i] = min(j * FENCE_STEP, nf)
         active = True
         while active:
             active = False

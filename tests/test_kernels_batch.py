@@ -143,13 +143,19 @@ def test_seek_matches_searchsorted(kw):
         pos = hi
 
 
-@pytest.mark.parametrize("n", [0, 10, 127, 128, 129, 5000])
+@pytest.mark.parametrize("n", [0, 10, 127, 128, 129, 5000, 70000])
 @pytest.mark.parametrize("kw", [1, 2])
 def test_seek_fenced_matches_seek(n, kw):
     rng = np.random.default_rng(n + kw)
     data, _, _ = kb.sort_consolidate(*updates(n, 3, 60, 5, n))
     fnc = kb.fence(data)
-    assert len(fnc) == (0 if len(data) < kb.FENCE_MIN else -(-len(data) // kb.FENCE_STEP))
+    nf = 0 if len(data) < kb.FENCE_MIN else -(-len(data) // kb.FENCE_STEP)
+    assert kb.fence_rows(len(data), fnc) == nf
+    ntop = -(-nf // kb.FENCE_STEP) if nf >= 64 * kb.FENCE_STEP else 0
+    assert len(fnc) == nf + ntop
+    if nf:
+        np.testing.assert_array_equal(fnc[:nf], data[::kb.FENCE_STEP])
+        np.testing.assert_array_equal(fnc[nf:], data[::kb.FENCE_STEP * kb.FENCE_STEP][:ntop])
     queries = np.unique(rng.integers(-2, 65, (300, kw)), axis=0).astype(np.int64)
     for strict in (False, True):
         pos = 0
@@ -160,7 +166,7 @@ def test_seek_fenced_matches_seek(n, kw):
             pos = want
 
 
-@pytest.mark.parametrize("n", [0, 10, 200, 5000, 40000])
+@pytest.mark.parametrize("n", [0, 10, 200, 5000, 40000, 300000])
 @pytest.mark.parametrize("nq", [1, 2, 7, 8, 300])
 def test_key_ranges_matches_bisect(n, nq):
     import bisect
@@ -174,6 +180,8 @@ def test_key_ranges_matches_bisect(n, nq):
     lo = np.empty(len(q), np.int64)
     hi = np.empty(len(q), np.int64)
     kb.key_ranges(data, fnc, q, rows, 1, lo, hi)
+    if n == 300000:     # sparse queries in a batch whose fence has a second level
+        assert len(fnc) > kb.fence_rows(len(data), fnc) and 16 * len(q) < len(fnc)
     keys = data[:, 0].tolist()
     for i in range(len(q)):
         assert lo[i] == bisect.bisect_left(keys, q[i, 0])
