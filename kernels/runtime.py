@@ -566,9 +566,9 @@ def _grow1(buf, n, need):
 
 @njit(cache=True, nogil=True)
 def _cross(L, R, kw, od, ot, of, o, lfence, rfence):
-    """Append every pair of updates of ``L`` and ``R`` with equal keys: row
-    ``(key, L vals, R vals)``, time the join, diff the product. Returns the buffers
-    and the new count. Walks the keys of the smaller batch and gallops in the other
+    """Append the pairs of updates of ``L`` and ``R`` with equal keys: row
+    ``(key, L vals, R vals)``, time the join, diff the product (pairs that meet at the
+    same time summed, see _pairs). Returns the buffers and the new count. Walks the keys of the smaller batch and gallops in the other
     (through its fence, if it has one)."""
     ld, lt, lf = L
     rd, rt, rf = R
@@ -614,20 +614,252 @@ def _cross(L, R, kw, od, ot, of, o, lfence, rfence):
             od = _grow2(od, o, need)
             ot = _grow2(ot, o, need)
             of = _grow1(of, o, need)
-            for i in range(l0, l1):
-                for j in range(r0, r1):
-                    pr, ov = mul_checked(lf[i], rf[j])
-                    if ov:
-                        raise OverflowError("join: the product of two diffs overflows int64")
-                    for c in range(lw):
-                        od[o, c] = ld[i, c]
-                    for c in range(kw, rw):
-                        od[o, lw + c - kw] = rd[j, c]
-                    ot[o, 0] = max(lt[i, 0], rt[j, 0])
-                    ot[o, 1] = max(lt[i, 1], rt[j, 1])
-                    of[o] = pr
-                    o += 1
+            o = _pairs(ld, lt, lf, l0, l1, rd, rt, rf, r0, r1, kw, od, ot, of, o,
+                       r1 - r0 >= l1 - l0)
     return od, ot, of, o
+
+
+@njit(cache=True, nogil=True)
+def _pairs(ld, lt, lf, l0, l1, rd, rt, rf, r0, r1, kw, od, ot, of, o, acc_right):
+    """The pairs of one key's updates ``L[l0:l1]`` x ``R[r0:r1]`` (buffers sized for
+    all of them), appended at ``o``, summed where they meet at the same time; returns
+    the new count.
+
+    Within a run every change has its own time, so a key's history holds many times
+    and most pairs cancel once consolidated. Per pair of rows (one value on each side):
+    when every pair's join lands on one iteration ``I`` (one side entirely at ``I``,
+    the other at or below it; always so for a loop round's new updates against the
+    traces of its inputs) the product is one-dimensional in the outer time and its
+    changes are emitted by merging the two sorted histories: ``X(t) Y(t) - X(t-)
+    Y(t-)`` at each time, at most ``|X| + |Y|`` outputs instead of ``|X| |Y|``.
+    Otherwise, with ``acc_right``, for each left update at time ``a`` the right
+    updates at times ``<= a`` are summed into one output at ``a`` and the others are
+    paired one by one (symmetrically without ``acc_right``)."""
+    lw = ld.shape[1]
+    rw = rd.shape[1]
+    if acc_right:
+        xd, xt, xf, x0, x1 = ld, lt, lf, l0, l1
+        yd, yt, yf, y0, y1 = rd, rt, rf, r0, r1
+    else:
+        xd, xt, xf, x0, x1 = rd, rt, rf, r0, r1
+        yd, yt, yf, y0, y1 = ld, lt, lf, l0, l1
+    xw = xd.shape[1]
+    yw = yd.shape[1]
+    gbuf = np.zeros((4, 0), np.int64)    # _pairs_groups' per-group state
+    xa = x0
+    while xa < x1:
+        xb = xa + 1
+        while xb < x1 and _key_cmp(xd, xa, xd, xb, xw) == 0:
+            xb += 1
+        xlo = xt[xa, 1]
+        xhi = xt[xa, 1]
+        for i in range(xa + 1, xb):
+            xlo = min(xlo, xt[i, 1])
+            xhi = max(xhi, xt[i, 1])
+        ya = y0
+        while ya < y1:
+            yb = ya + 1
+            ylo = yt[ya, 1]
+            yhi = yt[ya, 1]
+            while yb < y1 and _key_cmp(yd, ya, yd, yb, yw) == 0:
+                ylo = min(ylo, yt[yb, 1])
+                yhi = max(yhi, yt[yb, 1])
+                yb += 1
+            if xb - xa == 1 and yb - ya == 1:
+                # one update on each side: one pair
+                pr, ov = mul_checked(xf[xa], yf[ya])
+                if ov:
+                    raise OverflowError("join: the product of two diffs overflows int64")
+                if acc_right:
+                    _pair_row(od, o, xd, xa, yd, ya, lw, rw, kw)
+                else:
+                    _pair_row(od, o, yd, ya, xd, xa, lw, rw, kw)
+                ot[o, 0] = max(xt[xa, 0], yt[ya, 0])
+                ot[o, 1] = max(xt[xa, 1], yt[ya, 1])
+                of[o] = pr
+                o += 1
+            elif xlo == xhi and yhi <= xlo:
+                o = _pairs_1d(xd, xt, xf, xa, xb, yd, yt, yf, ya, yb, xlo, acc_right,
+                              lw, rw, kw, od, ot, of, o)
+            elif ylo == yhi and xhi <= ylo:
+                o = _pairs_1d(yd, yt, yf, ya, yb, xd, xt, xf, xa, xb, ylo, not acc_right,
+                              lw, rw, kw, od, ot, of, o)
+            elif xlo == xhi or ylo == yhi:
+                ng = (yhi - xlo + 1) if xlo == xhi else (xhi - ylo + 1)
+                if gbuf.shape[1] < ng:
+                    gbuf = np.zeros((4, 2 * ng), np.int64)
+                if xlo == xhi:
+                    o = _pairs_groups(xd, xt, xf, xa, xb, yd, yt, yf, ya, yb, xlo, yhi,
+                                      acc_right, lw, rw, kw, od, ot, of, o, gbuf)
+                else:
+                    o = _pairs_groups(yd, yt, yf, ya, yb, xd, xt, xf, xa, xb, ylo, xhi,
+                                      not acc_right, lw, rw, kw, od, ot, of, o, gbuf)
+            else:
+                o = _pairs_acc(xd, xt, xf, xa, xb, yd, yt, yf, ya, yb, acc_right, lw, rw,
+                               kw, od, ot, of, o)
+            ya = yb
+        xa = xb
+    return o
+
+
+@njit(cache=True, nogil=True)
+def _pairs_1d(xd, xt, xf, xa, xb, yd, yt, yf, ya, yb, it, x_left, lw, rw, kw, od, ot,
+              of, o):
+    """Pairs of two rows' histories that all join at iteration ``it`` (x updates at
+    ``it``, y updates at or below it): the changes of ``X(t) Y(t)`` (see _pairs)."""
+    px = xa
+    py = ya
+    X = np.int64(0)
+    Y = np.int64(0)
+    prev = np.int64(0)
+    while px < xb or py < yb:
+        if py >= yb or (px < xb and xt[px, 0] <= yt[py, 0]):
+            t = xt[px, 0]
+        else:
+            t = yt[py, 0]
+        while px < xb and xt[px, 0] == t:
+            X, ov = add_checked(X, xf[px])
+            if ov:
+                raise OverflowError("join: a sum of diffs overflows int64")
+            px += 1
+        while py < yb and yt[py, 0] == t:
+            Y, ov = add_checked(Y, yf[py])
+            if ov:
+                raise OverflowError("join: a sum of diffs overflows int64")
+            py += 1
+        cur, ov = mul_checked(X, Y)
+        if ov:
+            raise OverflowError("join: the product of two diffs overflows int64")
+        if cur != prev:
+            d, ov = add_checked(cur, -prev)
+            if ov:
+                raise OverflowError("join: a sum of diffs overflows int64")
+            if x_left:
+                _pair_row(od, o, xd, xa, yd, ya, lw, rw, kw)
+            else:
+                _pair_row(od, o, yd, ya, xd, xa, lw, rw, kw)
+            ot[o, 0] = t
+            ot[o, 1] = it
+            of[o] = d
+            o += 1
+            prev = cur
+    return o
+
+
+@njit(cache=True, nogil=True)
+def _pairs_groups(xd, xt, xf, xa, xb, yd, yt, yf, ya, yb, it, yhi, x_left, lw, rw, kw,
+                  od, ot, of, o, gbuf):
+    """Pairs of two rows' histories when every x update is at iteration ``it`` and some
+    y updates are later: the y updates at iterations ``<= it`` join at ``it``, those at
+    a later iteration ``g`` at ``g``. One merge by outer time keeps ``X(t)`` and one
+    ``Y_g(t)`` per group and emits each group's product change (see _pairs)."""
+    ng = yhi - it + 1
+    # per group in gbuf (zero on entry and on return except the last row): y sums,
+    # last products, touched marks; the last row lists the groups touched at a time
+    yacc = gbuf[0]
+    prev = gbuf[1]
+    mark = gbuf[2]
+    touched = gbuf[3]
+    px = xa
+    py = ya
+    X = np.int64(0)
+    while px < xb or py < yb:
+        if py >= yb or (px < xb and xt[px, 0] <= yt[py, 0]):
+            t = xt[px, 0]
+        else:
+            t = yt[py, 0]
+        x_changed = False
+        while px < xb and xt[px, 0] == t:
+            X, ov = add_checked(X, xf[px])
+            if ov:
+                raise OverflowError("join: a sum of diffs overflows int64")
+            px += 1
+            x_changed = True
+        nt = np.int64(0)
+        while py < yb and yt[py, 0] == t:
+            gi = max(yt[py, 1], it) - it
+            yacc[gi], ov = add_checked(yacc[gi], yf[py])
+            if ov:
+                raise OverflowError("join: a sum of diffs overflows int64")
+            if mark[gi] == 0:
+                mark[gi] = 1
+                touched[nt] = gi
+                nt += 1
+            py += 1
+        n_check = ng if x_changed else nt
+        for c in range(n_check):
+            gi = c if x_changed else touched[c]
+            cur, ov = mul_checked(X, yacc[gi])
+            if ov:
+                raise OverflowError("join: the product of two diffs overflows int64")
+            if cur != prev[gi]:
+                d, ov = add_checked(cur, -prev[gi])
+                if ov:
+                    raise OverflowError("join: a sum of diffs overflows int64")
+                if x_left:
+                    _pair_row(od, o, xd, xa, yd, ya, lw, rw, kw)
+                else:
+                    _pair_row(od, o, yd, ya, xd, xa, lw, rw, kw)
+                ot[o, 0] = t
+                ot[o, 1] = it + gi
+                of[o] = d
+                o += 1
+                prev[gi] = cur
+        for c in range(nt):
+            mark[touched[c]] = 0
+    for gi in range(ng):
+        yacc[gi] = 0
+        prev[gi] = 0
+    return o
+
+
+@njit(cache=True, nogil=True)
+def _pairs_acc(xd, xt, xf, xa, xb, yd, yt, yf, ya, yb, x_left, lw, rw, kw, od, ot, of,
+               o):
+    """Pairs of two rows' histories, each x update with the y updates at or below its
+    time summed into one output: see _pairs."""
+    for i in range(xa, xb):
+        ta = xt[i, 0]
+        ia = xt[i, 1]
+        acc = np.int64(0)
+        for jj in range(ya, yb):
+            if yt[jj, 0] <= ta and yt[jj, 1] <= ia:
+                acc, ov = add_checked(acc, yf[jj])
+                if ov:
+                    raise OverflowError("join: a sum of diffs overflows int64")
+                continue
+            pr, ov = mul_checked(xf[i], yf[jj])
+            if ov:
+                raise OverflowError("join: the product of two diffs overflows int64")
+            if x_left:
+                _pair_row(od, o, xd, i, yd, jj, lw, rw, kw)
+            else:
+                _pair_row(od, o, yd, jj, xd, i, lw, rw, kw)
+            ot[o, 0] = max(ta, yt[jj, 0])
+            ot[o, 1] = max(ia, yt[jj, 1])
+            of[o] = pr
+            o += 1
+        if acc != 0:
+            pr, ov = mul_checked(xf[i], acc)
+            if ov:
+                raise OverflowError("join: the product of two diffs overflows int64")
+            if x_left:
+                _pair_row(od, o, xd, i, yd, ya, lw, rw, kw)
+            else:
+                _pair_row(od, o, yd, ya, xd, i, lw, rw, kw)
+            ot[o, 0] = ta
+            ot[o, 1] = ia
+            of[o] = pr
+            o += 1
+    return o
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _pair_row(od, o, ld, i, rd, j, lw, rw, kw):
+    for c in range(lw):
+        od[o, c] = ld[i, c]
+    for c in range(kw, rw):
+        od[o, lw + c - kw] = rd[j, c]
 
 
 @njit(cache=True, nogil=True, inline="always")

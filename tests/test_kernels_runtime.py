@@ -1,5 +1,6 @@
-"""Runtime helper kernels used by the native reduce: the natural merge sort of key
-histories (concatenated sorted runs) and the per-key reduction of pending candidates."""
+"""Runtime helper kernels: the natural merge sort of reduce key
+histories (concatenated sorted runs), the per-key reduction of pending candidates, and
+the join's summed pairs (against brute force after consolidation)."""
 import numpy as np
 import pytest
 
@@ -68,3 +69,53 @@ def test_min_per_iteration_keeps_least_time_per_key_and_iteration(seed):
         assert got == sorted(expect.items())
         got_total += len(got)
     assert total == got_total
+
+
+def _sorted_side(rng, n, kw_val, w, single_it):
+    """n updates of one key (0) with ``w - 1`` value columns, sorted by (row, t, i)."""
+    d = np.zeros((n, w), np.int64)
+    if w > 1:
+        d[:, 1:] = rng.integers(0, kw_val, (n, w - 1))
+    t = np.empty((n, 2), np.int64)
+    t[:, 0] = rng.integers(0, 12, n)
+    t[:, 1] = single_it if single_it is not None else rng.integers(0, 5, n)
+    f = rng.integers(-2, 3, n)
+    f[f == 0] = 1
+    order = np.lexsort((t[:, 1], t[:, 0]) + tuple(d[:, c] for c in range(w - 1, -1, -1)))
+    return d[order].copy(), t[order].copy(), f[order].copy()
+
+
+def _consolidated(d, t, f):
+    acc = {}
+    for r in range(len(f)):
+        k = (tuple(d[r].tolist()), int(t[r, 0]), int(t[r, 1]))
+        acc[k] = acc.get(k, 0) + int(f[r])
+    return {k: v for k, v in acc.items() if v != 0}
+
+
+@pytest.mark.parametrize("case", ["left_single", "right_single", "both_single", "neither"])
+@pytest.mark.parametrize("acc_right", [True, False])
+@pytest.mark.parametrize("seed", range(8))
+def test_join_pairs_equal_brute_force_after_consolidation(case, acc_right, seed):
+    from ddnumba.kernels.runtime import _pairs
+    rng = np.random.default_rng(seed)
+    lw, rw, kw = 2, 3, 1
+    nl, nr = int(rng.integers(1, 25)), int(rng.integers(1, 25))
+    l_it = 2 if case in ("left_single", "both_single") else None
+    r_it = 1 if case in ("right_single", "both_single") else None
+    ld, lt, lf = _sorted_side(rng, nl, 3, lw, l_it)
+    rd, rt, rf = _sorted_side(rng, nr, 3, rw, r_it)
+    cap = nl * nr
+    od = np.zeros((cap, lw + rw - kw), np.int64)
+    ot = np.zeros((cap, 2), np.int64)
+    of = np.zeros(cap, np.int64)
+    o = _pairs(ld, lt, lf, 0, nl, rd, rt, rf, 0, nr, kw, od, ot, of, 0, acc_right)
+    assert o <= cap
+    bd, bt, bf = [], [], []
+    for i in range(nl):
+        for j in range(nr):
+            bd.append(np.concatenate([ld[i], rd[j, kw:]]))
+            bt.append([max(lt[i, 0], rt[j, 0]), max(lt[i, 1], rt[j, 1])])
+            bf.append(lf[i] * rf[j])
+    want = _consolidated(np.array(bd), np.array(bt), np.array(bf))
+    assert _consolidated(od[:o], ot[:o], of[:o]) == want
