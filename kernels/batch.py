@@ -578,6 +578,28 @@ def seek_fenced(data, fnc, start, keys, ki, kw, strict):
 
 
 @njit(cache=True, nogil=True)
+def _lockstep_bisect(arr, queries, qrows, kw, a_, b_):
+    """For every query ``i``, narrow ``(a_[i], b_[i]]`` (rows of the sorted ``arr``;
+    ``arr[a] <`` key, ``arr[b] >=`` key, -1 and ``len(arr)`` standing for the ends)
+    to adjacent rows, all queries taking their bisection steps together."""
+    m = qrows.shape[0]
+    active = True
+    while active:
+        active = False
+        for i in range(m):
+            a = a_[i]
+            b = b_[i]
+            if b - a > 1:
+                mid = (a + b) >> 1
+                if _cmp_prefix(arr, mid, queries, qrows[i], kw) < 0:
+                    a_[i] = mid
+                else:
+                    b_[i] = mid
+                if b_[i] - a_[i] > 1:
+                    active = True
+
+
+@njit(cache=True, nogil=True)
 def key_ranges(data, fnc, queries, qrows, kw, lo, hi):
     """Row ranges ``[lo[i], hi[i])`` in the sorted batch ``data`` of the keys
     ``queries[qrows[i], :kw]`` (sorted ascending, distinct).
@@ -625,38 +647,12 @@ def key_ranges(data, fnc, queries, qrows, kw, lo, hi):
             a_[i] = -1
             b_[i] = nt if nt > 0 else nf
         if nt > 0:
-            active = True
-            while active:
-                active = False
-                for i in range(m):
-                    a = a_[i]
-                    b = b_[i]
-                    if b - a > 1:
-                        mid = (a + b) >> 1
-                        if _cmp_prefix(top, mid, queries, qrows[i], kw) < 0:
-                            a_[i] = mid
-                        else:
-                            b_[i] = mid
-                        if b_[i] - a_[i] > 1:
-                            active = True
+            _lockstep_bisect(top, queries, qrows, kw, a_, b_)
             for i in range(m):
                 j = b_[i]
                 a_[i] = max((j - 1) * FENCE_STEP, -1)
                 b_[i] = min(j * FENCE_STEP, nf)
-        active = True
-        while active:
-            active = False
-            for i in range(m):
-                a = a_[i]
-                b = b_[i]
-                if b - a > 1:
-                    mid = (a + b) >> 1
-                    if _cmp_prefix(fnc, mid, queries, qrows[i], kw) < 0:
-                        a_[i] = mid
-                    else:
-                        b_[i] = mid
-                    if b_[i] - a_[i] > 1:
-                        active = True
+        _lockstep_bisect(fnc, queries, qrows, kw, a_, b_)
         for i in range(m):
             a_[i] = b_[i]
     for i in range(m):
@@ -666,20 +662,7 @@ def key_ranges(data, fnc, queries, qrows, kw, lo, hi):
             a_[i] = -1
         b_[i] = min(j * FENCE_STEP, n)
     # 2. Lock-step bisection inside the blocks.
-    active = True
-    while active:
-        active = False
-        for i in range(m):
-            a = a_[i]
-            b = b_[i]
-            if b - a > 1:
-                mid = (a + b) >> 1
-                if _cmp_prefix(data, mid, queries, qrows[i], kw) < 0:
-                    a_[i] = mid
-                else:
-                    b_[i] = mid
-                if b_[i] - a_[i] > 1:
-                    active = True
+    _lockstep_bisect(data, queries, qrows, kw, a_, b_)
     # 3. Ends: the key's rows follow its first row.
     for i in range(m):
         a = b_[i]

@@ -568,8 +568,9 @@ def _grow1(buf, n, need):
 def _cross(L, R, kw, od, ot, of, o, lfence, rfence):
     """Append the pairs of updates of ``L`` and ``R`` with equal keys: row
     ``(key, L vals, R vals)``, time the join, diff the product (pairs that meet at the
-    same time summed, see _pairs). Returns the buffers and the new count. Walks the keys of the smaller batch and gallops in the other
-    (through its fence, if it has one)."""
+    same time summed, see _pairs). Returns the buffers and the new count. Walks the
+    keys of the smaller batch and gallops in the other (through its fence, if it has
+    one)."""
     ld, lt, lf = L
     rd, rt, rf = R
     nl = lf.shape[0]
@@ -667,17 +668,9 @@ def _pairs(ld, lt, lf, l0, l1, rd, rt, rf, r0, r1, kw, od, ot, of, o, acc_right)
                 yb += 1
             if xb - xa == 1 and yb - ya == 1:
                 # one update on each side: one pair
-                pr, ov = mul_checked(xf[xa], yf[ya])
-                if ov:
-                    raise OverflowError("join: the product of two diffs overflows int64")
-                if acc_right:
-                    _pair_row(od, o, xd, xa, yd, ya, lw, rw, kw)
-                else:
-                    _pair_row(od, o, yd, ya, xd, xa, lw, rw, kw)
-                ot[o, 0] = max(xt[xa, 0], yt[ya, 0])
-                ot[o, 1] = max(xt[xa, 1], yt[ya, 1])
-                of[o] = pr
-                o += 1
+                o = _put_pair(od, ot, of, o, xd, xa, yd, ya, acc_right, lw, rw, kw,
+                              max(xt[xa, 0], yt[ya, 0]), max(xt[xa, 1], yt[ya, 1]),
+                              _product_or_raise(xf[xa], yf[ya]))
             elif xlo == xhi and yhi <= xlo:
                 o = _pairs_1d(xd, xt, xf, xa, xb, yd, yt, yf, ya, yb, xlo, acc_right,
                               lw, rw, kw, od, ot, of, o)
@@ -718,30 +711,16 @@ def _pairs_1d(xd, xt, xf, xa, xb, yd, yt, yf, ya, yb, it, x_left, lw, rw, kw, od
         else:
             t = yt[py, 0]
         while px < xb and xt[px, 0] == t:
-            X, ov = add_checked(X, xf[px])
-            if ov:
-                raise OverflowError("join: a sum of diffs overflows int64")
+            X = _sum_or_raise(X, xf[px])
             px += 1
         while py < yb and yt[py, 0] == t:
-            Y, ov = add_checked(Y, yf[py])
-            if ov:
-                raise OverflowError("join: a sum of diffs overflows int64")
+            Y = _sum_or_raise(Y, yf[py])
             py += 1
-        cur, ov = mul_checked(X, Y)
-        if ov:
-            raise OverflowError("join: the product of two diffs overflows int64")
+        cur = _product_or_raise(X, Y)
         if cur != prev:
-            d, ov = add_checked(cur, -prev)
-            if ov:
-                raise OverflowError("join: a sum of diffs overflows int64")
-            if x_left:
-                _pair_row(od, o, xd, xa, yd, ya, lw, rw, kw)
-            else:
-                _pair_row(od, o, yd, ya, xd, xa, lw, rw, kw)
-            ot[o, 0] = t
-            ot[o, 1] = it
-            of[o] = d
-            o += 1
+            d = _sum_or_raise(cur, -prev)
+            o = _put_pair(od, ot, of, o, xd, xa, yd, ya, x_left,
+                          lw, rw, kw, t, it, d)
             prev = cur
     return o
 
@@ -770,17 +749,13 @@ def _pairs_groups(xd, xt, xf, xa, xb, yd, yt, yf, ya, yb, it, yhi, x_left, lw, r
             t = yt[py, 0]
         x_changed = False
         while px < xb and xt[px, 0] == t:
-            X, ov = add_checked(X, xf[px])
-            if ov:
-                raise OverflowError("join: a sum of diffs overflows int64")
+            X = _sum_or_raise(X, xf[px])
             px += 1
             x_changed = True
         nt = np.int64(0)
         while py < yb and yt[py, 0] == t:
             gi = max(yt[py, 1], it) - it
-            yacc[gi], ov = add_checked(yacc[gi], yf[py])
-            if ov:
-                raise OverflowError("join: a sum of diffs overflows int64")
+            yacc[gi] = _sum_or_raise(yacc[gi], yf[py])
             if mark[gi] == 0:
                 mark[gi] = 1
                 touched[nt] = gi
@@ -789,21 +764,11 @@ def _pairs_groups(xd, xt, xf, xa, xb, yd, yt, yf, ya, yb, it, yhi, x_left, lw, r
         n_check = ng if x_changed else nt
         for c in range(n_check):
             gi = c if x_changed else touched[c]
-            cur, ov = mul_checked(X, yacc[gi])
-            if ov:
-                raise OverflowError("join: the product of two diffs overflows int64")
+            cur = _product_or_raise(X, yacc[gi])
             if cur != prev[gi]:
-                d, ov = add_checked(cur, -prev[gi])
-                if ov:
-                    raise OverflowError("join: a sum of diffs overflows int64")
-                if x_left:
-                    _pair_row(od, o, xd, xa, yd, ya, lw, rw, kw)
-                else:
-                    _pair_row(od, o, yd, ya, xd, xa, lw, rw, kw)
-                ot[o, 0] = t
-                ot[o, 1] = it + gi
-                of[o] = d
-                o += 1
+                d = _sum_or_raise(cur, -prev[gi])
+                o = _put_pair(od, ot, of, o, xd, xa, yd, ya, x_left,
+                              lw, rw, kw, t, it + gi, d)
                 prev[gi] = cur
         for c in range(nt):
             mark[touched[c]] = 0
@@ -824,34 +789,46 @@ def _pairs_acc(xd, xt, xf, xa, xb, yd, yt, yf, ya, yb, x_left, lw, rw, kw, od, o
         acc = np.int64(0)
         for jj in range(ya, yb):
             if yt[jj, 0] <= ta and yt[jj, 1] <= ia:
-                acc, ov = add_checked(acc, yf[jj])
-                if ov:
-                    raise OverflowError("join: a sum of diffs overflows int64")
+                acc = _sum_or_raise(acc, yf[jj])
                 continue
-            pr, ov = mul_checked(xf[i], yf[jj])
-            if ov:
-                raise OverflowError("join: the product of two diffs overflows int64")
-            if x_left:
-                _pair_row(od, o, xd, i, yd, jj, lw, rw, kw)
-            else:
-                _pair_row(od, o, yd, jj, xd, i, lw, rw, kw)
-            ot[o, 0] = max(ta, yt[jj, 0])
-            ot[o, 1] = max(ia, yt[jj, 1])
-            of[o] = pr
-            o += 1
+            pr = _product_or_raise(xf[i], yf[jj])
+            o = _put_pair(od, ot, of, o, xd, i, yd, jj, x_left,
+                          lw, rw, kw, max(ta, yt[jj, 0]), max(ia, yt[jj, 1]), pr)
         if acc != 0:
-            pr, ov = mul_checked(xf[i], acc)
-            if ov:
-                raise OverflowError("join: the product of two diffs overflows int64")
-            if x_left:
-                _pair_row(od, o, xd, i, yd, ya, lw, rw, kw)
-            else:
-                _pair_row(od, o, yd, ya, xd, i, lw, rw, kw)
-            ot[o, 0] = ta
-            ot[o, 1] = ia
-            of[o] = pr
-            o += 1
+            pr = _product_or_raise(xf[i], acc)
+            o = _put_pair(od, ot, of, o, xd, i, yd, ya, x_left,
+                          lw, rw, kw, ta, ia, pr)
     return o
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _put_pair(od, ot, of, o, xd, i, yd, j, x_left, lw, rw, kw, t, it, d):
+    """Write output ``o``: row ``(key, left vals, right vals)`` of x row ``i`` and y
+    row ``j`` (x is the left input when ``x_left``), time ``(t, it)``, diff ``d``."""
+    if x_left:
+        _pair_row(od, o, xd, i, yd, j, lw, rw, kw)
+    else:
+        _pair_row(od, o, yd, j, xd, i, lw, rw, kw)
+    ot[o, 0] = t
+    ot[o, 1] = it
+    of[o] = d
+    return o + 1
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _sum_or_raise(a, b):
+    r, ov = add_checked(a, b)
+    if ov:
+        raise OverflowError("join: a sum of diffs overflows int64")
+    return r
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _product_or_raise(a, b):
+    r, ov = mul_checked(a, b)
+    if ov:
+        raise OverflowError("join: the product of two diffs overflows int64")
+    return r
 
 
 @njit(cache=True, nogil=True, inline="always")
