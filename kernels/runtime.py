@@ -909,16 +909,7 @@ def _sort_vt(vals, ts, fs, lo, hi, runs, tmp_v, tmp_t, tmp_f):
     vw = vals.shape[1]
     if vw == 0 and m <= 32:
         # Only times to order: insertion sort of (t, diff) pairs in place.
-        for i in range(lo + 1, hi):
-            t0 = ts[i]
-            f0 = fs[i]
-            j = i
-            while j > lo and ts[j - 1] > t0:
-                ts[j] = ts[j - 1]
-                fs[j] = fs[j - 1]
-                j -= 1
-            ts[j] = t0
-            fs[j] = f0
+        _insertion_sort_pairs(ts, fs, lo, hi)
         return
     nr = np.int64(1)
     runs[0] = 0
@@ -1371,6 +1362,12 @@ def _sort_pairs(a, b, lo, hi):
         a[lo:hi] = ta
         b[lo:hi] = tb
         return
+    _insertion_sort_pairs(a, b, lo, hi)
+
+
+@njit(cache=True, nogil=True)
+def _insertion_sort_pairs(a, b, lo, hi):
+    """Stable insertion sort of ``(a, b)[lo:hi]`` by ``a``, in place."""
     for i in range(lo + 1, hi):
         x = a[i]
         y = b[i]
