@@ -493,13 +493,21 @@ def seek(data, start, keys, ki, kw, strict):
         hi = lo + step
     if hi > n:
         hi = n
+    lo, hi = _bisect_rows(data, lo, hi, keys, ki, kw, limit)
+    return hi
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _bisect_rows(data, lo, hi, keys, ki, kw, limit):
+    """Narrow ``(lo, hi)`` to adjacent rows, keeping ``cmp(data[lo], key) < limit``
+    and ``cmp(data[hi], key) >= limit`` (for the rows strictly inside)."""
     while hi - lo > 1:
         mid = (lo + hi) >> 1
         if _cmp_prefix(data, mid, keys, ki, kw) < limit:
             lo = mid
         else:
             hi = mid
-    return hi
+    return lo, hi
 
 
 # A *fence* is every FENCE_STEP-th row of a large batch's data, copied into a compact
@@ -566,12 +574,7 @@ def seek_fenced(data, fnc, start, keys, ki, kw, strict):
     if hi > n:
         hi = n
     # rows before lo are below the bound; row hi (if < n) is not
-    while hi - lo > 1:
-        mid = (lo + hi) >> 1
-        if _cmp_prefix(data, mid, keys, ki, kw) < limit:
-            lo = mid
-        else:
-            hi = mid
+    lo, hi = _bisect_rows(data, lo, hi, keys, ki, kw, limit)
     if _cmp_prefix(data, lo, keys, ki, kw) >= limit:
         return lo
     return hi
