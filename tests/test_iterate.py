@@ -274,8 +274,9 @@ def test_mutually_recursive_variables(seed, mode):
 
 
 # ------------------------------------------------------------------ divergence
-def test_divergent_loop_raises_naming_the_loop():
-    df = dd.Dataflow()
+@pytest.mark.parametrize("engine", ["native", "python"])
+def test_divergent_loop_raises_naming_the_loop(engine):
+    df = dd.Dataflow(engine=engine)
     xi, x0 = df.new_input(["v"])
     out = x0.iterate(lambda x: x.map(lambda v: v + 1).concat(x0).distinct(),
                      max_iterations=50, name="counter")
@@ -285,6 +286,7 @@ def test_divergent_loop_raises_naming_the_loop():
     with pytest.raises(IterationLimitError, match="counter") as info:
         df.run()
     assert "50" in str(info.value)
+    assert bool(df._native) == (engine == "native")
 
 
 def test_convergent_loop_within_limit():
