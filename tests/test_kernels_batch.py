@@ -1,6 +1,8 @@
 """Flat-batch kernels of the native runtime (kernels/batch.py) against plain references."""
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -132,7 +134,6 @@ def test_seek_matches_searchsorted(kw):
     data, times, diffs = kb.sort_consolidate(*updates(3000, 3, 40, 5, 7))
     queries = np.unique(rng.integers(-2, 45, (200, kw)), axis=0).astype(np.int64)
     keys = [tuple(r) for r in data[:, :kw].tolist()]
-    import bisect
     pos = 0
     for qi in range(len(queries)):
         q = tuple(queries[qi].tolist())
@@ -143,20 +144,88 @@ def test_seek_matches_searchsorted(kw):
         pos = hi
 
 
-@pytest.mark.parametrize("n", [0, 10, 127, 128, 129, 5000, 70000])
-@pytest.mark.parametrize("kw", [1, 2])
-def test_seek_fenced_matches_seek(n, kw):
-    rng = np.random.default_rng(n + kw)
-    data, _, _ = kb.sort_consolidate(*updates(n, 3, 60, 5, n))
-    fnc = kb.fence(data)
-    nf = 0 if len(data) < kb.FENCE_MIN else -(-len(data) // kb.FENCE_STEP)
-    assert kb.fence_rows(len(data), fnc) == nf
-    ntop = -(-nf // kb.FENCE_STEP) if nf >= 64 * kb.FENCE_STEP else 0
-    assert len(fnc) == nf + ntop
+def expected_index(data):
+    """The key index a batch should get, computed directly in Python integers:
+    ``(ncol, shift, lo, table, off)``, or None."""
+    n, w = data.shape
+    if n < kb.INDEX_MIN or w == 0:
+        return None
+    c0 = [int(x) for x in data[:, 0]]
+    table = sorted(set(c0))
+    d = len(table)
+    if d * kb.INDEX_ROWS >= n:
+        ncol, col, cap = 1, c0, n // kb.INDEX_BUCKET_ROWS
+        lo = c0[0]
+        span = c0[-1] - lo
+    elif w >= 2 and d <= kb.INDEX_TABLE_MAX:
+        ncol, col, cap = 2, [int(x) for x in data[:, 1]], n // (kb.INDEX_BUCKET_ROWS * d)
+        lo = min(col)
+        span = max(col) - lo
+    else:
+        return None
+    shift = 0
+    while span >> shift >= cap:
+        shift += 1
+    per = (span >> shift) + 1
+    if ncol == 1:
+        buckets = [(x - lo) >> shift for x in col]
+        r, table = per, []
+    else:
+        rank = {x: i for i, x in enumerate(table)}
+        buckets = [rank[x] * per + ((y - lo) >> shift) for x, y in zip(c0, col)]
+        r = d * per
+    assert r <= n // kb.INDEX_BUCKET_ROWS and buckets == sorted(buckets)
+    off = np.searchsorted(np.array(buckets, dtype=np.int64), np.arange(r + 1), "left")
+    return ncol, shift, lo, table, off
+
+
+def check_fence_layout(data, fnc):
+    """The fence's two parts, every FENCE_STEP-th row and the key index, against a
+    direct computation. Returns the index's ``(ncol, shift)`` (None: no index)."""
+    n, w = data.shape
+    nf = 0 if n < kb.FENCE_MIN else -(-n // kb.FENCE_STEP)
+    assert kb.fence_rows(n, fnc) == nf
     if nf:
         np.testing.assert_array_equal(fnc[:nf], data[::kb.FENCE_STEP])
-        np.testing.assert_array_equal(fnc[nf:], data[::kb.FENCE_STEP * kb.FENCE_STEP][:ntop])
-    queries = np.unique(rng.integers(-2, 65, (300, kw)), axis=0).astype(np.int64)
+    ncol, shift, lo, table, off = kb.key_index(n, fnc)
+    want = expected_index(data)
+    if want is None:
+        assert len(fnc) == nf and len(off) == 0
+        return None
+    assert (ncol, shift, lo) == want[:3]
+    assert table.tolist() == list(want[3])
+    np.testing.assert_array_equal(off, want[4])
+    assert len(fnc) == nf + -(-(5 + len(table) + len(off)) // w)
+    return int(ncol), int(shift)
+
+
+# Key layouts of the seek tests: (first-column values, spread). Few first-column values
+# (more than INDEX_ROWS rows each in the large batches) give a two-column index, many
+# a one-column one; spread (a large multiplier) makes buckets span several values.
+LAYOUTS = [(60, 1), (60, 1000003), (10000, 1), (10000, 1000003)]
+
+
+@pytest.mark.parametrize("n", [0, 10, 127, 128, 129, 5000, 70000])
+@pytest.mark.parametrize("kw", [1, 2])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_seek_fenced_matches_seek(n, kw, layout):
+    """Against galloping: no fence, a fence, and (70000 rows) every kind of key index."""
+    dom, spread = layout
+    rng = np.random.default_rng(n + kw)
+    d, t, f = updates(n, 3, dom, 5, n)
+    d[:, 1] = rng.integers(0, 60, n)
+    d[:, :2] *= spread
+    data, _, _ = kb.sort_consolidate(d, t, f)
+    fnc = kb.fence(data)
+    info = check_fence_layout(data, fnc)
+    assert (info is not None) == (n == 70000)
+    if n == 70000:
+        assert info[0] == (2 if dom == 60 else 1)
+        assert (info[1] > 0) == (spread > 1)
+    queries = rng.integers(-2, min(dom, 60) + 2, (150, kw)) * spread
+    if len(data):   # and 150 keys that hit
+        queries = np.concatenate([queries, data[rng.integers(0, len(data), 150), :kw]])
+    queries = np.unique(queries, axis=0).astype(np.int64)
     for strict in (False, True):
         pos = 0
         for qi in range(len(queries)):
@@ -164,25 +233,76 @@ def test_seek_fenced_matches_seek(n, kw):
             got = kb.seek_fenced(data, fnc, pos, queries, qi, kw, strict)
             assert got == want
             pos = want
+        # from a start past the answer, seek returns the start
+        for qi in range(0, len(queries), 17):
+            start = min(len(data), kb.seek(data, 0, queries, qi, kw, True) + 3)
+            assert kb.seek_fenced(data, fnc, start, queries, qi, kw, strict) == \
+                kb.seek(data, start, queries, qi, kw, strict)
+
+
+def check_ranges(data, fnc, q, kw):
+    lo = np.empty(len(q), np.int64)
+    hi = np.empty(len(q), np.int64)
+    kb.key_ranges(data, fnc, q, np.arange(len(q), dtype=np.int64), kw, lo, hi)
+    keys = [tuple(r) for r in data[:, :kw].tolist()]
+    for i in range(len(q)):
+        k = tuple(q[i, :kw].tolist())
+        assert (lo[i], hi[i]) == (bisect.bisect_left(keys, k), bisect.bisect_right(keys, k))
+
+
+def test_key_index_extreme_keys():
+    """Spans at the ends of int64, and columns spanning all of it."""
+    n = 30000
+    rng = np.random.default_rng(3)
+    buckets = n // kb.INDEX_BUCKET_ROWS     # at most
+    cases = []
+    for lo_key in (-2**63, -20000, 2**63 - 40000):
+        keys = np.sort(rng.integers(0, buckets, n)).astype(np.int64) + np.int64(lo_key)
+        cases.append((np.stack([keys, np.arange(n, dtype=np.int64)], axis=1), (1, 0)))
+    wide = cases[1][0].copy()
+    wide[0, 0] = -2**63
+    wide[-1, 0] = 2**63 - 1
+    top = buckets.bit_length() - 1      # 2**top <= buckets < 2**(top + 1)
+    cases.append((wide, (1, 64 - top)))     # span 2**64 - 1: 2**top buckets
+    two = np.stack([np.repeat(np.arange(3, dtype=np.int64), n // 3),
+                    rng.integers(-2**63, 2**63 - 1, n, dtype=np.int64)], axis=1)
+    two = two[np.lexsort((two[:, 1], two[:, 0]))]
+    two[0, 1] = -2**63
+    two[-1, 1] = 2**63 - 1
+    top = (buckets // 3).bit_length() - 1
+    cases.append((two, (2, 64 - top)))      # 3 values x 2**top buckets
+    for batch, want in cases:
+        fnc = kb.fence(batch)
+        assert check_fence_layout(batch, fnc) == want
+        q1 = np.unique(np.concatenate([batch[::7, 0], [2**63 - 1, -2**63]])).astype(
+            np.int64).reshape(-1, 1)
+        check_ranges(batch, fnc, q1, 1)
+        q2 = np.unique(np.concatenate([batch[::5, :2], [[1, 0], [2**63 - 1, -2**63]]]),
+                       axis=0).astype(np.int64)
+        check_ranges(batch, fnc, q2, 2)
 
 
 @pytest.mark.parametrize("n", [0, 10, 200, 5000, 40000, 300000])
 @pytest.mark.parametrize("nq", [1, 2, 7, 8, 300])
-def test_key_ranges_matches_bisect(n, nq):
-    import bisect
+@pytest.mark.parametrize("kw", [1, 2])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_key_ranges_matches_bisect(n, nq, kw, layout):
+    """Against bisection, for keys of one and two columns: galloping and lock-step
+    through the fence (smaller batches), every kind of key index (40000 and 300000
+    rows)."""
+    dom, spread = layout
     rng = np.random.default_rng(n + nq)
-    data, _, _ = kb.sort_consolidate(*updates(n, 2, 400, 5, n + 3))
+    d, t, f = updates(n, 2, dom, 5, n + 3)
+    d[:, 1] = rng.integers(0, 400, n)
+    d[:, :2] *= spread
+    data, _, _ = kb.sort_consolidate(d, t, f)
     fnc = kb.fence(data)
-    q = np.unique(rng.integers(-2, 405, (nq, 2)), axis=0).astype(np.int64)
-    q[:, 1] = 0
-    q = np.unique(q, axis=0)
-    rows = np.arange(len(q), dtype=np.int64)
-    lo = np.empty(len(q), np.int64)
-    hi = np.empty(len(q), np.int64)
-    kb.key_ranges(data, fnc, q, rows, 1, lo, hi)
-    if n == 300000:     # sparse queries in a batch whose fence has a second level
-        assert len(fnc) > kb.fence_rows(len(data), fnc) and 16 * len(q) < len(fnc)
-    keys = data[:, 0].tolist()
-    for i in range(len(q)):
-        assert lo[i] == bisect.bisect_left(keys, q[i, 0])
-        assert hi[i] == bisect.bisect_right(keys, q[i, 0])
+    info = check_fence_layout(data, fnc)
+    assert (info is not None) == (n >= 40000)
+    assert info is None or info[0] == (2 if dom == 60 else 1)
+    q = rng.integers(-2, min(dom, 400) + 2, (nq, 2)).astype(np.int64) * spread
+    if len(data):   # half the queries hit a row
+        q[::2] = data[rng.integers(0, len(data), len(q[::2])), :2]
+    if kw == 1:     # queries are distinct keys
+        q[:, 1] = 0
+    check_ranges(data, fnc, np.unique(q, axis=0), kw)
