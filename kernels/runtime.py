@@ -314,16 +314,6 @@ def _fenced(b):
 
 
 @njit(cache=True, nogil=True)
-def _merge_tail(sp, since, ratio):
-    while len(sp) >= 2 and ratio * sp[len(sp) - 1][2].shape[0] >= sp[len(sp) - 2][2].shape[0]:
-        y = sp.pop()
-        x = sp.pop()
-        m = merge((x[0], x[1], x[2]), (y[0], y[1], y[2]), since)
-        if m[2].shape[0] > 0:
-            sp.append(_fenced(m))
-
-
-@njit(cache=True, nogil=True)
 def _settle_spine(sp, since):
     """At the end of a run, restore a strongly geometric shape: every batch is more
     than SETTLE_RATIO times larger than all the batches after it together. The suffix
@@ -336,21 +326,31 @@ def _settle_spine(sp, since):
         total += sp[i][2].shape[0]
         if SETTLE_RATIO * total >= sp[i - 1][2].shape[0]:
             cut = i - 1
-    while len(sp) > cut + 1:
-        y = sp.pop()
+    if len(sp) <= cut + 1:
+        return
+    y = sp.pop()
+    m = (y[0], y[1], y[2])
+    while len(sp) > cut:
         x = sp.pop()
-        m = merge((x[0], x[1], x[2]), (y[0], y[1], y[2]), since)
-        if m[2].shape[0] > 0:
-            sp.append(_fenced(m))
+        m = merge((x[0], x[1], x[2]), m, since)
+    # only the final batch gets a fence (and key index): intermediate ones are dropped
+    if m[2].shape[0] > 0:
+        sp.append(_fenced(m))
 
 
 @njit(cache=True, nogil=True)
 def _spine_insert(sp, b, since):
-    """Append a batch and restore the spine's shape (see MERGE_RATIO)."""
+    """Append a batch and restore the spine's shape: while the last batch is at least
+    1/MERGE_RATIO of the one before it, merge the two. Only the batch that stays gets
+    a fence (and key index)."""
     if b[2].shape[0] == 0:
         return
-    sp.append(_fenced(b))
-    _merge_tail(sp, since, MERGE_RATIO)
+    m = b
+    while len(sp) >= 1 and MERGE_RATIO * m[2].shape[0] >= sp[len(sp) - 1][2].shape[0]:
+        x = sp.pop()
+        m = merge((x[0], x[1], x[2]), m, since)
+    if m[2].shape[0] > 0:
+        sp.append(_fenced(m))
 
 
 @njit(cache=True, nogil=True)
