@@ -280,7 +280,8 @@ def _ranges_seek(data, keys, lo, hi):
 # on versions without its kernel (the drivers compile lazily, so a missing attribute is
 # never looked up there).
 HAS_KERNEL = {"seek": True, "seek_fenced": hasattr(batch, "seek_fenced"),
-              "key_ranges": hasattr(batch, "key_ranges")}
+              "key_ranges": hasattr(batch, "key_ranges"),
+              "key_ranges_fence": hasattr(batch, "key_index")}
 
 
 @njit(cache=True, nogil=True)
@@ -300,15 +301,19 @@ class BatchSeek:
     every key).
 
     ``kernel``: ``seek`` gallops on from the previous key's end; ``seek_fenced`` first
-    searches the batch's fence; ``key_ranges`` searches all queries in lock-step through
-    the fence. Fences are built once per batch, outside the timing (as the runtime
-    keeps them); every kernel yields each key's first and end row. The reference is
+    searches the batch's fence; ``key_ranges`` searches all queries at once, through the
+    batch's key index where it has one (``n >= batch.INDEX_MIN``), else in lock-step
+    through the fence; ``key_ranges_fence`` the same with the key index stripped from
+    the fence (lock-step through the fence: the comparison for the index). Fences are
+    built once per batch, outside the timing (as the runtime keeps them); every kernel
+    yields each key's first and end row. The reference is
     ``np.searchsorted`` of the queries in the key column, ``"left"`` and ``"right"`` (a
     binary search per query and side): ``track_seek_vs_searchsorted`` > 1 means the
     kernel is faster.
     """
 
-    params = [SIZES, [0.001, 0.1, 1.0], ["seek", "seek_fenced", "key_ranges"]]
+    params = [SIZES, [0.001, 0.1, 1.0], ["seek", "seek_fenced", "key_ranges",
+                                         "key_ranges_fence"]]
     param_names = ["n", "density", "kernel"]
     timeout = 300
 
@@ -326,6 +331,8 @@ class BatchSeek:
             self.seek = lambda: _ranges_seek_fenced(data, fnc, keys, lo, hi)
         else:
             fnc = batch.fence(data)
+            if kernel == "key_ranges_fence":
+                fnc = fnc[:batch.fence_rows(len(data), fnc)].copy()
             qrows = np.arange(len(keys))
             self.seek = lambda: batch.key_ranges(data, fnc, keys, qrows, 1, lo, hi)
         self.seek()                                               # JIT warm-up
