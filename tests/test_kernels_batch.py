@@ -206,7 +206,7 @@ LAYOUTS = [(60, 1), (60, 1000003), (10000, 1), (10000, 1000003)]
 
 
 @pytest.mark.parametrize("n", [0, 10, 127, 128, 129, 5000, 70000])
-@pytest.mark.parametrize("kw", [1, 2])
+@pytest.mark.parametrize("kw", [1, 2, 3])
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_seek_fenced_matches_seek(n, kw, layout):
     """Against galloping: no fence, a fence, and (70000 rows) every kind of key index."""
