@@ -324,7 +324,9 @@ def _sort_group(times, diffs, lo, hi):
 def _close_group(ot, of, start, k, advanced):
     """Finish the output group of one data row at ``[start, k)``. When its times were
     advanced or summed they may be out of order, repeated or zero: re-sort them if
-    needed, sum equal ones and drop zeros. Returns the group's new end."""
+    needed, sum equal ones and drop zeros. Returns the group's new end, or -1 when a
+    sum overflows int64 (the caller raises: a function that can raise takes extra
+    references to its array arguments, costing atomic updates on every call)."""
     if not advanced:
         return k
     for i in range(start + 1, k):
@@ -346,13 +348,38 @@ def _close_group(ot, of, start, k, advanced):
                 carry += 1 if x > 0 else -1
             r += 1
         if carry != 0:
-            raise OverflowError("merge: a sum of diffs overflows int64")
+            return -1
         if s != 0:
             ot[o, 0] = t0
             ot[o, 1] = t1
             of[o] = s
             o += 1
     return o
+
+
+@njit(cache=True, nogil=True)
+def _copy_times(st, sf, r, end, since, ot, of, k):
+    """Copy updates ``[r, end)`` of one data row (times advanced to ``since``) to
+    ``ot``/``of`` from ``k``. Returns the new end and whether a time was advanced."""
+    advanced = False
+    for x in range(r, end):
+        t0 = st[x, 0]
+        if t0 < since:
+            t0 = since
+            advanced = True
+        ot[k, 0] = t0
+        ot[k, 1] = st[x, 1]
+        of[k] = sf[x]
+        k += 1
+    return k, advanced
+
+
+@njit(cache=True, nogil=True)
+def _fill_rows(od, start, k, src, row):
+    """Rows ``[start, k)`` of ``od`` become copies of ``src[row]``."""
+    for q in range(start, k):
+        for c in range(od.shape[1]):
+            od[q, c] = src[row, c]
 
 
 @njit(cache=True, nogil=True)
@@ -384,35 +411,29 @@ def merge(a, b, since):
             c = _cmp_data(ad, i, bd, j)
             src = 0 if c < 0 else (1 if c > 0 else 2)
         start = k
-        advanced = False
-        ra = np.int64(0)
-        rb = np.int64(0)
+        # (No array-valued local is reassigned in this loop: each such assignment
+        # costs a reference-count update per data row.)
         if src == 0:
             r = i
             while i < na and _cmp_data(ad, r, ad, i) == 0:
                 i += 1
-            row_src = ad
-            row_i = r
+            k, advanced = _copy_times(at, af, r, i, since, ot, of, k)
         elif src == 1:
             r = j
             while j < nb and _cmp_data(bd, r, bd, j) == 0:
                 j += 1
-            row_src = bd
-            row_i = r
+            k, advanced = _copy_times(bt, bf, r, j, since, ot, of, k)
         else:
             r = i
-            ra = i
-            while i < na and _cmp_data(ad, ra, ad, i) == 0:
-                i += 1
             rb = j
+            while i < na and _cmp_data(ad, r, ad, i) == 0:
+                i += 1
             while j < nb and _cmp_data(bd, rb, bd, j) == 0:
                 j += 1
-            row_src = ad
-            row_i = ra
-        # Times of the group: merged by time from both sources (each sorted), then
-        # advanced; summing equal times happens in _close_group or below.
-        if src == 2:
-            x = ra
+            # Times of the group: merged by time from both sources (each sorted), then
+            # advanced; equal times of the two inputs are summed (zeros dropped) in
+            # _close_group.
+            x = r
             y = rb
             while x < i or y < j:
                 take_a = y >= j or (x < i and (at[x, 0] < bt[y, 0] or (
@@ -433,25 +454,15 @@ def merge(a, b, since):
                 ot[k, 1] = t1
                 of[k] = dv
                 k += 1
-            # Equal times of the two inputs are summed (zeros dropped) in _close_group.
             advanced = True
+        if advanced and k - start > 1:       # (one update cannot collide)
+            k = _close_group(ot, of, start, k, advanced)
+            if k < 0:
+                raise OverflowError("merge: a sum of diffs overflows int64")
+        if src == 1:
+            _fill_rows(od, start, k, bd, r)
         else:
-            st = at if src == 0 else bt
-            sf = af if src == 0 else bf
-            end = i if src == 0 else j
-            for x in range(r, end):
-                t0 = st[x, 0]
-                if t0 < since:
-                    t0 = since
-                    advanced = True
-                ot[k, 0] = t0
-                ot[k, 1] = st[x, 1]
-                of[k] = sf[x]
-                k += 1
-        k = _close_group(ot, of, start, k, advanced)
-        for q in range(start, k):
-            for c in range(w):
-                od[q, c] = row_src[row_i, c]
+            _fill_rows(od, start, k, ad, r)
     return _trim(od, ot, of, k)
 
 
