@@ -378,6 +378,10 @@ class NativeEngine:
         """Loop rounds run so far (all loops, all runs)."""
         return int(self.st[9][2])
 
+    def spine_work(self):
+        """Trace maintenance so far: ``(merges, rows read by them)``."""
+        return int(self.st[9][4]), int(self.st[9][5])
+
 
 def _entry(dispatcher):
     """The compiled entry point of a runtime function with a single signature.

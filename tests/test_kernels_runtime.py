@@ -119,3 +119,74 @@ def test_join_pairs_equal_brute_force_after_consolidation(case, acc_right, seed)
             bf.append(lf[i] * rf[j])
     want = _consolidated(np.array(bd), np.array(bt), np.array(bf))
     assert _consolidated(od[:o], ot[:o], of[:o]) == want
+
+
+def _spine_list(rng, sizes, w, n_keys, n_times):
+    """A typed list of fenced flat batches of about the given sizes."""
+    from numba.typed import List
+
+    from ddnumba.kernels.batch import fence, sort_consolidate
+    from ddnumba.kernels.runtime import SBATCH_TYPE, _fenced
+
+    sp = List.empty_list(SBATCH_TYPE)
+    raw = []
+    for size in sizes:
+        d = rng.integers(0, n_keys, (size, w)).astype(np.int64)
+        t = np.stack([rng.integers(0, n_times, size), rng.integers(0, 3, size)], 1)
+        f = rng.choice(np.array([-1, 1, 2]), size).astype(np.int64)
+        b = sort_consolidate(d, t.astype(np.int64), f)
+        raw.append(b)
+        sp.append(_fenced(b))
+        assert np.array_equal(sp[-1][3], fence(b[0]))
+    return sp, raw
+
+
+def _accumulated(batches, since):
+    """Updates as a dict ``(data row, max(t, since), i) -> summed diff`` (zeros dropped)."""
+    acc = {}
+    for d, t, f in batches:
+        for r in range(f.shape[0]):
+            key = (tuple(d[r]), max(int(t[r, 0]), since), int(t[r, 1]))
+            acc[key] = acc.get(key, 0) + int(f[r])
+    return {k: v for k, v in acc.items() if v}
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_settle_spine_keeps_updates_compacts_and_restores_shape(seed):
+    from ddnumba.kernels.batch import fence
+    from ddnumba.kernels.runtime import SETTLE_RATIO, _settle_spine
+
+    rng = np.random.default_rng(seed)
+    # a geometric head (as spine inserts leave it) and a tail of recent batches; few
+    # keys and times so the tail compacts a lot once times advance to `since`
+    head = [int(x) for x in sorted(rng.integers(200, 3000, int(rng.integers(0, 3))),
+                                   reverse=True)]
+    tail = [int(x) for x in rng.integers(1, 400, int(rng.integers(0, 5)))]
+    n_keys = int(rng.choice([3, 40, 1000]))
+    sp, raw = _spine_list(rng, head + tail, 2, n_keys, 12)
+    since = int(rng.integers(0, 14))
+    before = _accumulated(raw, since)
+    rows_before = [b[2].shape[0] for b in sp]
+    heads = [b[0] for b in sp]
+    info = np.zeros(8, np.int64)
+    _settle_spine(sp, since, info)
+    after = [(b[0], b[1], b[2]) for b in sp]
+    assert _accumulated(after, since) == before           # nothing lost or changed
+    sizes = [b[2].shape[0] for b in sp]
+    assert all(s > 0 for s in sizes)
+    # each merge removes one batch; a merged batch that cancelled out entirely, one more
+    assert len(rows_before) - int(info[4]) - len(sizes) in (0, 1)
+    for i in range(len(sizes) - 1):                         # strongly geometric
+        assert sizes[i] > SETTLE_RATIO * sum(sizes[i + 1:]), (rows_before, sizes)
+    for d, t, f, fnc in sp:                                 # sorted, fenced
+        assert np.array_equal(fnc, fence(d))
+        if f.shape[0] > 1:
+            order = np.lexsort((t[:, 1], t[:, 0]) + tuple(d[:, c] for c in range(1, -1, -1)))
+            assert np.array_equal(order, np.arange(f.shape[0]))
+    # batches before the first one the raw-size rule merges stay as they were
+    cut = len(rows_before)
+    for i in range(len(rows_before) - 1, 0, -1):
+        if SETTLE_RATIO * sum(rows_before[i:]) >= rows_before[i - 1]:
+            cut = i - 1
+    for i in range(min(cut, len(rows_before))):
+        assert np.shares_memory(sp[i][0], heads[i])
