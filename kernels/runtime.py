@@ -1049,8 +1049,9 @@ def _reduce_gather(new, spine, out_spine, pend, kw, vw, ow, k, p, share):
     input history at iterations ``<= k`` sorted by (val, t), its output history the
     same way, and the reduce's pending entries afterwards.
 
-    Batch-major: every batch is searched for all keys in one galloping pass, then the
-    entries are copied key by key into exactly sized arrays (no per-key allocation).
+    Batch-major: every batch is searched for all keys in one pass, then each key's rows
+    are read once and copied to its slot (no per-key allocation), and the slots are
+    compacted.
 
     ``share`` != 0: input and output history share one trace (``spine``; ``out_spine``
     is empty), so each key is looked up once per batch instead of once in each trace.
@@ -1120,70 +1121,31 @@ def _reduce_gather(new, spine, out_spine, pend, kw, vw, ow, k, p, share):
     _ranges(nd, np.empty((0, 1), np.int64), keys, kw, lo, hi, nsp)
     for sidx in range(nso):
         _ranges(out_spine[sidx][0], out_spine[sidx][3], keys, kw, lo, hi, nsp + 1 + sidx)
-    # 3. Sizes: entries at iterations <= k per key (input, output), pending candidates.
-    h_offs = np.zeros(nk + 1, np.int64)
-    o_offs = np.zeros(nk + 1, np.int64)
+    # 3. One pass over the rows, batch by batch (they are the cache misses, so they are
+    # read once): each key's entries go to its slot in three buffers, input history and
+    # output history at iterations <= k and pending candidates beyond k. A slot holds
+    # the key's rows over all batches, known from the ranges without reading the rows;
+    # the buffers are compacted afterwards, sequentially.
+    raw = np.zeros(nk + 1, np.int64)
+    for sidx in range(nsrc):
+        for kk in range(nk):
+            raw[kk + 1] += hi[sidx, kk] - lo[sidx, kk]
+    for kk in range(nk):
+        raw[kk + 1] += raw[kk]
+    nraw = raw[nk]
+    h_vals = np.empty((nraw, vw), np.int64)
+    h_t = np.empty(nraw, np.int64)
+    h_f = np.empty(nraw, np.int64)
+    o_vals = np.empty((nraw, ow), np.int64)
+    o_t = np.empty(nraw, np.int64)
+    o_f = np.empty(nraw, np.int64)
+    c_it = np.empty(nraw, np.int64)
+    c_t = np.empty(nraw, np.int64)
+    hcur = raw[:nk].copy()
+    ocur = raw[:nk].copy()
+    ccur = raw[:nk].copy()
     nsrc_h = np.zeros(nk, np.int64)
     nsrc_o = np.zeros(nk, np.int64)
-    c_cnt = np.zeros(nk, np.int64)
-    for sidx in range(nsrc):
-        if sidx < nsp:
-            bd, bt, _, _ = spine[sidx]
-        elif sidx == nsp:
-            bd = nd
-            bt = nt
-        else:
-            bd, bt, _, _ = out_spine[sidx - nsp - 1]
-        is_out = sidx > nsp
-        for kk in range(nk):
-            a = lo[sidx, kk]
-            b = hi[sidx, kk]
-            if a == b:
-                continue
-            cnt_h = np.int64(0)
-            cnt_o = np.int64(0)
-            for r in range(a, b):
-                it = bt[r, 1]
-                out = is_out
-                if share > 0:
-                    out = out or bd[r, kw] == 1
-                elif share < 0 and it < 0:
-                    out = True
-                    it = -1 - it
-                if it <= k:
-                    if out:
-                        cnt_o += 1
-                    else:
-                        cnt_h += 1
-            c_cnt[kk] += (b - a) - cnt_h - cnt_o
-            if cnt_o:
-                o_offs[kk + 1] += cnt_o
-                nsrc_o[kk] += 1
-            if cnt_h:
-                h_offs[kk + 1] += cnt_h
-                nsrc_h[kk] += 1
-    for kk in range(nk):
-        h_offs[kk + 1] += h_offs[kk]
-        o_offs[kk + 1] += o_offs[kk]
-    nh = h_offs[nk]
-    no = o_offs[nk]
-    h_vals = np.empty((nh, vw), np.int64)
-    h_t = np.empty(nh, np.int64)
-    h_f = np.empty(nh, np.int64)
-    o_vals = np.empty((no, ow), np.int64)
-    o_t = np.empty(no, np.int64)
-    o_f = np.empty(no, np.int64)
-    # candidates (entries at iterations > k) are grouped by key: c_offs
-    c_offs = np.zeros(nk + 1, np.int64)
-    for kk in range(nk):
-        c_offs[kk + 1] = c_offs[kk] + c_cnt[kk]
-    n_cand = c_offs[nk]
-    c_it = np.empty(n_cand, np.int64)
-    c_t = np.empty(n_cand, np.int64)
-    # 4. Fill, batch by batch.
-    hcur = h_offs[:nk].copy()
-    ocur = o_offs[:nk].copy()
-    ccur = c_offs[:nk].copy()
     for sidx in range(nsrc):
         if sidx < nsp:
             bd, bt, bf, _ = spine[sidx]
@@ -1195,6 +1157,10 @@ def _reduce_gather(new, spine, out_spine, pend, kw, vw, ow, k, p, share):
         for kk in range(nk):
             a = lo[sidx, kk]
             b = hi[sidx, kk]
+            if a == b:
+                continue
+            h0 = hcur[kk]
+            o0 = ocur[kk]
             for r in range(a, b):
                 it = bt[r, 1]
                 out = is_out
@@ -1223,6 +1189,46 @@ def _reduce_gather(new, spine, out_spine, pend, kw, vw, ow, k, p, share):
                     c_it[q] = it
                     c_t[q] = max(kmin[kk], bt[r, 0])
                     ccur[kk] = q + 1
+            if hcur[kk] > h0:
+                nsrc_h[kk] += 1
+            if ocur[kk] > o0:
+                nsrc_o[kk] += 1
+    # 4. Compact the slots to the front (rows only move left, so in place, in order).
+    h_offs = np.zeros(nk + 1, np.int64)
+    o_offs = np.zeros(nk + 1, np.int64)
+    c_offs = np.zeros(nk + 1, np.int64)
+    for kk in range(nk):
+        s0 = raw[kk]
+        h_offs[kk + 1] = h_offs[kk] + (hcur[kk] - s0)
+        o_offs[kk + 1] = o_offs[kk] + (ocur[kk] - s0)
+        c_offs[kk + 1] = c_offs[kk] + (ccur[kk] - s0)
+        d = h_offs[kk]
+        if d != s0:
+            for q in range(hcur[kk] - s0):
+                for x in range(vw):
+                    h_vals[d + q, x] = h_vals[s0 + q, x]
+                h_t[d + q] = h_t[s0 + q]
+                h_f[d + q] = h_f[s0 + q]
+        d = o_offs[kk]
+        if d != s0:
+            for q in range(ocur[kk] - s0):
+                for x in range(ow):
+                    o_vals[d + q, x] = o_vals[s0 + q, x]
+                o_t[d + q] = o_t[s0 + q]
+                o_f[d + q] = o_f[s0 + q]
+        d = c_offs[kk]
+        if d != s0:
+            for q in range(ccur[kk] - s0):
+                c_it[d + q] = c_it[s0 + q]
+                c_t[d + q] = c_t[s0 + q]
+    nh = h_offs[nk]
+    no = o_offs[nk]
+    h_vals = h_vals[:nh]
+    h_t = h_t[:nh]
+    h_f = h_f[:nh]
+    o_vals = o_vals[:no]
+    o_t = o_t[:no]
+    o_f = o_f[:no]
     # 5. Per key: sort histories gathered from several batches by (val, t); due times
     # are m and every history time after it.
     big = np.int64(0)
