@@ -578,6 +578,11 @@ def _grow1(buf, n, need):
     return out
 
 
+# _pairs' result codes when a diff overflows (the caller raises)
+OV_SUM = -1
+OV_PRODUCT = -2
+
+
 @njit(cache=True, nogil=True)
 def _cross(L, R, kw, od, ot, of, o, lfence, rfence):
     """Append the pairs of updates of ``L`` and ``R`` with equal keys: row
@@ -615,6 +620,15 @@ def _cross(L, R, kw, od, ot, of, o, lfence, rfence):
     los = np.empty(ng, np.int64)
     his = np.empty(ng, np.int64)
     key_ranges(other, ofence, dd, starts[:ng], kw, los, his)
+    # Output space for every pair, reserved once (array-valued locals reassigned per
+    # key, or calls that can raise, cost reference-count updates per key).
+    need = o
+    for g in range(ng):
+        need += (starts[g + 1] - starts[g]) * (his[g] - los[g])
+    od = _grow2(od, o, need)
+    ot = _grow2(ot, o, need)
+    of = _grow1(of, o, need)
+    gbuf = np.zeros((4, 64), np.int64)    # _pairs_groups' per-group state
     for g in range(ng):
         s = starts[g]
         e = starts[g + 1]
@@ -625,17 +639,23 @@ def _cross(L, R, kw, od, ot, of, o, lfence, rfence):
                 l0, l1, r0, r1 = s, e, lo, hi
             else:
                 l0, l1, r0, r1 = lo, hi, s, e
-            need = o + (l1 - l0) * (r1 - r0)
-            od = _grow2(od, o, need)
-            ot = _grow2(ot, o, need)
-            of = _grow1(of, o, need)
             o = _pairs(ld, lt, lf, l0, l1, rd, rt, rf, r0, r1, kw, od, ot, of, o,
-                       r1 - r0 >= l1 - l0)
+                       r1 - r0 >= l1 - l0, gbuf)
+            if o < 0:
+                _raise_join_overflow(o)
     return od, ot, of, o
 
 
 @njit(cache=True, nogil=True)
-def _pairs(ld, lt, lf, l0, l1, rd, rt, rf, r0, r1, kw, od, ot, of, o, acc_right):
+def _raise_join_overflow(code):
+    if code == OV_PRODUCT:
+        raise OverflowError("join: the product of two diffs overflows int64")
+    raise OverflowError("join: a sum of diffs overflows int64")
+
+
+@njit(cache=True, nogil=True)
+def _pairs(ld, lt, lf, l0, l1, rd, rt, rf, r0, r1, kw, od, ot, of, o, acc_right,
+           gbuf):
     """The pairs of one key's updates ``L[l0:l1]`` x ``R[r0:r1]`` (buffers sized for
     all of them), appended at ``o``, summed where they meet at the same time; returns
     the new count.
@@ -649,18 +669,26 @@ def _pairs(ld, lt, lf, l0, l1, rd, rt, rf, r0, r1, kw, od, ot, of, o, acc_right)
     Y(t-)`` at each time, at most ``|X| + |Y|`` outputs instead of ``|X| |Y|``.
     Otherwise, with ``acc_right``, for each left update at time ``a`` the right
     updates at times ``<= a`` are summed into one output at ``a`` and the others are
-    paired one by one (symmetrically without ``acc_right``)."""
+    paired one by one (symmetrically without ``acc_right``).
+
+    ``gbuf`` is scratch of shape ``(4, m)`` (zero; _pairs_groups grows its own when
+    ``m`` is too small). Returns the new count, or OV_SUM / OV_PRODUCT (negative) when
+    a diff overflows int64: the caller raises (see _close_group on why not here)."""
     lw = ld.shape[1]
     rw = rd.shape[1]
     if acc_right:
-        xd, xt, xf, x0, x1 = ld, lt, lf, l0, l1
-        yd, yt, yf, y0, y1 = rd, rt, rf, r0, r1
-    else:
-        xd, xt, xf, x0, x1 = rd, rt, rf, r0, r1
-        yd, yt, yf, y0, y1 = ld, lt, lf, l0, l1
+        return _pairs_xy(ld, lt, lf, l0, l1, rd, rt, rf, r0, r1, True, lw, rw, kw,
+                         od, ot, of, o, gbuf)
+    return _pairs_xy(rd, rt, rf, r0, r1, ld, lt, lf, l0, l1, False, lw, rw, kw,
+                     od, ot, of, o, gbuf)
+
+
+@njit(cache=True, nogil=True)
+def _pairs_xy(xd, xt, xf, x0, x1, yd, yt, yf, y0, y1, acc_right, lw, rw, kw, od, ot,
+              of, o, gbuf):
+    """_pairs with the accumulated side ``y`` (right when ``acc_right``)."""
     xw = xd.shape[1]
     yw = yd.shape[1]
-    gbuf = np.zeros((4, 0), np.int64)    # _pairs_groups' per-group state
     xa = x0
     while xa < x1:
         xb = xa + 1
@@ -682,28 +710,28 @@ def _pairs(ld, lt, lf, l0, l1, rd, rt, rf, r0, r1, kw, od, ot, of, o, acc_right)
                 yb += 1
             if xb - xa == 1 and yb - ya == 1:
                 # one update on each side: one pair
+                d, ov = mul_checked(xf[xa], yf[ya])
+                if ov:
+                    return OV_PRODUCT
                 o = _put_pair(od, ot, of, o, xd, xa, yd, ya, acc_right, lw, rw, kw,
-                              max(xt[xa, 0], yt[ya, 0]), max(xt[xa, 1], yt[ya, 1]),
-                              _product_or_raise(xf[xa], yf[ya]))
+                              max(xt[xa, 0], yt[ya, 0]), max(xt[xa, 1], yt[ya, 1]), d)
             elif xlo == xhi and yhi <= xlo:
                 o = _pairs_1d(xd, xt, xf, xa, xb, yd, yt, yf, ya, yb, xlo, acc_right,
                               lw, rw, kw, od, ot, of, o)
             elif ylo == yhi and xhi <= ylo:
                 o = _pairs_1d(yd, yt, yf, ya, yb, xd, xt, xf, xa, xb, ylo, not acc_right,
                               lw, rw, kw, od, ot, of, o)
-            elif xlo == xhi or ylo == yhi:
-                ng = (yhi - xlo + 1) if xlo == xhi else (xhi - ylo + 1)
-                if gbuf.shape[1] < ng:
-                    gbuf = np.zeros((4, 2 * ng), np.int64)
-                if xlo == xhi:
-                    o = _pairs_groups(xd, xt, xf, xa, xb, yd, yt, yf, ya, yb, xlo, yhi,
-                                      acc_right, lw, rw, kw, od, ot, of, o, gbuf)
-                else:
-                    o = _pairs_groups(yd, yt, yf, ya, yb, xd, xt, xf, xa, xb, ylo, xhi,
-                                      not acc_right, lw, rw, kw, od, ot, of, o, gbuf)
+            elif xlo == xhi:
+                o = _pairs_groups(xd, xt, xf, xa, xb, yd, yt, yf, ya, yb, xlo, yhi,
+                                  acc_right, lw, rw, kw, od, ot, of, o, gbuf)
+            elif ylo == yhi:
+                o = _pairs_groups(yd, yt, yf, ya, yb, xd, xt, xf, xa, xb, ylo, xhi,
+                                  not acc_right, lw, rw, kw, od, ot, of, o, gbuf)
             else:
                 o = _pairs_acc(xd, xt, xf, xa, xb, yd, yt, yf, ya, yb, acc_right, lw, rw,
                                kw, od, ot, of, o)
+            if o < 0:
+                return o
             ya = yb
         xa = xb
     return o
@@ -725,14 +753,22 @@ def _pairs_1d(xd, xt, xf, xa, xb, yd, yt, yf, ya, yb, it, x_left, lw, rw, kw, od
         else:
             t = yt[py, 0]
         while px < xb and xt[px, 0] == t:
-            X = _sum_or_raise(X, xf[px])
+            X, ov = add_checked(X, xf[px])
+            if ov:
+                return OV_SUM
             px += 1
         while py < yb and yt[py, 0] == t:
-            Y = _sum_or_raise(Y, yf[py])
+            Y, ov = add_checked(Y, yf[py])
+            if ov:
+                return OV_SUM
             py += 1
-        cur = _product_or_raise(X, Y)
+        cur, ov = mul_checked(X, Y)
+        if ov:
+            return OV_PRODUCT
         if cur != prev:
-            d = _sum_or_raise(cur, -prev)
+            d, ov = add_checked(cur, -prev)
+            if ov:
+                return OV_SUM
             o = _put_pair(od, ot, of, o, xd, xa, yd, ya, x_left,
                           lw, rw, kw, t, it, d)
             prev = cur
@@ -747,6 +783,9 @@ def _pairs_groups(xd, xt, xf, xa, xb, yd, yt, yf, ya, yb, it, yhi, x_left, lw, r
     a later iteration ``g`` at ``g``. One merge by outer time keeps ``X(t)`` and one
     ``Y_g(t)`` per group and emits each group's product change (see _pairs)."""
     ng = yhi - it + 1
+    if gbuf.shape[1] < ng:
+        return _pairs_groups(xd, xt, xf, xa, xb, yd, yt, yf, ya, yb, it, yhi, x_left,
+                             lw, rw, kw, od, ot, of, o, np.zeros((4, 2 * ng), np.int64))
     # per group in gbuf (zero on entry and on return except the last row): y sums,
     # last products, touched marks; the last row lists the groups touched at a time
     yacc = gbuf[0]
@@ -763,13 +802,20 @@ def _pairs_groups(xd, xt, xf, xa, xb, yd, yt, yf, ya, yb, it, yhi, x_left, lw, r
             t = yt[py, 0]
         x_changed = False
         while px < xb and xt[px, 0] == t:
-            X = _sum_or_raise(X, xf[px])
+            X, ov = add_checked(X, xf[px])
+            if ov:
+                _clear_groups(gbuf, ng)
+                return OV_SUM
             px += 1
             x_changed = True
         nt = np.int64(0)
         while py < yb and yt[py, 0] == t:
             gi = max(yt[py, 1], it) - it
-            yacc[gi] = _sum_or_raise(yacc[gi], yf[py])
+            acc, ov = add_checked(yacc[gi], yf[py])
+            if ov:
+                _clear_groups(gbuf, ng)
+                return OV_SUM
+            yacc[gi] = acc
             if mark[gi] == 0:
                 mark[gi] = 1
                 touched[nt] = gi
@@ -778,18 +824,30 @@ def _pairs_groups(xd, xt, xf, xa, xb, yd, yt, yf, ya, yb, it, yhi, x_left, lw, r
         n_check = ng if x_changed else nt
         for c in range(n_check):
             gi = c if x_changed else touched[c]
-            cur = _product_or_raise(X, yacc[gi])
+            cur, ov = mul_checked(X, yacc[gi])
+            if ov:
+                _clear_groups(gbuf, ng)
+                return OV_PRODUCT
             if cur != prev[gi]:
-                d = _sum_or_raise(cur, -prev[gi])
+                d, ov = add_checked(cur, -prev[gi])
+                if ov:
+                    _clear_groups(gbuf, ng)
+                    return OV_SUM
                 o = _put_pair(od, ot, of, o, xd, xa, yd, ya, x_left,
                               lw, rw, kw, t, it + gi, d)
                 prev[gi] = cur
         for c in range(nt):
             mark[touched[c]] = 0
-    for gi in range(ng):
-        yacc[gi] = 0
-        prev[gi] = 0
+    _clear_groups(gbuf, ng)
     return o
+
+
+@njit(cache=True, nogil=True)
+def _clear_groups(gbuf, ng):
+    """Reset _pairs_groups' scratch to zero (its y sums, products and marks)."""
+    for r in range(3):
+        for gi in range(ng):
+            gbuf[r, gi] = 0
 
 
 @njit(cache=True, nogil=True)
@@ -803,13 +861,19 @@ def _pairs_acc(xd, xt, xf, xa, xb, yd, yt, yf, ya, yb, x_left, lw, rw, kw, od, o
         acc = np.int64(0)
         for jj in range(ya, yb):
             if yt[jj, 0] <= ta and yt[jj, 1] <= ia:
-                acc = _sum_or_raise(acc, yf[jj])
+                acc, ov = add_checked(acc, yf[jj])
+                if ov:
+                    return OV_SUM
                 continue
-            pr = _product_or_raise(xf[i], yf[jj])
+            pr, ov = mul_checked(xf[i], yf[jj])
+            if ov:
+                return OV_PRODUCT
             o = _put_pair(od, ot, of, o, xd, i, yd, jj, x_left,
                           lw, rw, kw, max(ta, yt[jj, 0]), max(ia, yt[jj, 1]), pr)
         if acc != 0:
-            pr = _product_or_raise(xf[i], acc)
+            pr, ov = mul_checked(xf[i], acc)
+            if ov:
+                return OV_PRODUCT
             o = _put_pair(od, ot, of, o, xd, i, yd, ya, x_left,
                           lw, rw, kw, ta, ia, pr)
     return o
@@ -827,22 +891,6 @@ def _put_pair(od, ot, of, o, xd, i, yd, j, x_left, lw, rw, kw, t, it, d):
     ot[o, 1] = it
     of[o] = d
     return o + 1
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _sum_or_raise(a, b):
-    r, ov = add_checked(a, b)
-    if ov:
-        raise OverflowError("join: a sum of diffs overflows int64")
-    return r
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _product_or_raise(a, b):
-    r, ov = mul_checked(a, b)
-    if ov:
-        raise OverflowError("join: the product of two diffs overflows int64")
-    return r
 
 
 @njit(cache=True, nogil=True, inline="always")

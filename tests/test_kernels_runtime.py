@@ -109,7 +109,9 @@ def test_join_pairs_equal_brute_force_after_consolidation(case, acc_right, seed)
     od = np.zeros((cap, lw + rw - kw), np.int64)
     ot = np.zeros((cap, 2), np.int64)
     of = np.zeros(cap, np.int64)
-    o = _pairs(ld, lt, lf, 0, nl, rd, rt, rf, 0, nr, kw, od, ot, of, 0, acc_right)
+    gbuf = np.zeros((4, int(rng.choice([0, 1, 64]))), np.int64)   # grown when small
+    o = _pairs(ld, lt, lf, 0, nl, rd, rt, rf, 0, nr, kw, od, ot, of, 0, acc_right, gbuf)
+    assert not gbuf[:3].any()                 # scratch left zero for the next key
     assert o <= cap
     bd, bt, bf = [], [], []
     for i in range(nl):
@@ -119,6 +121,34 @@ def test_join_pairs_equal_brute_force_after_consolidation(case, acc_right, seed)
             bf.append(lf[i] * rf[j])
     want = _consolidated(np.array(bd), np.array(bt), np.array(bf))
     assert _consolidated(od[:o], ot[:o], of[:o]) == want
+
+
+@pytest.mark.parametrize("case", ["left_single", "right_single", "both_single", "neither"])
+@pytest.mark.parametrize("acc_right", [True, False])
+def test_join_pairs_report_overflow(case, acc_right):
+    """Every pairing path returns OV_PRODUCT / OV_SUM instead of wrapping."""
+    from ddnumba.kernels.runtime import OV_PRODUCT, OV_SUM, _pairs
+    big = 2 ** 62
+    l_it = 2 if case in ("left_single", "both_single") else None
+    r_it = 1 if case in ("right_single", "both_single") else None
+    for n, diff, want in [(1, big, OV_PRODUCT), (3, big, (OV_PRODUCT, OV_SUM))]:
+        # n updates of one (key, val) row per side at distinct times
+        def side(w, it):
+            d = np.zeros((n, w), np.int64)
+            t = np.stack([np.arange(n), np.full(n, it if it is not None else 0)], 1)
+            if it is None:
+                t[:, 1] = np.arange(n) % 3
+            return d, t.astype(np.int64), np.full(n, diff, np.int64)
+        ld, lt, lf = side(2, l_it)
+        rd, rt, rf = side(3, r_it)
+        cap = n * n
+        od = np.zeros((cap, 4), np.int64)
+        ot = np.zeros((cap, 2), np.int64)
+        of = np.zeros(cap, np.int64)
+        gbuf = np.zeros((4, 64), np.int64)
+        o = _pairs(ld, lt, lf, 0, n, rd, rt, rf, 0, n, 1, od, ot, of, 0, acc_right, gbuf)
+        assert o in (want if isinstance(want, tuple) else (want,)), (case, n, o)
+        assert not gbuf[:3].any()
 
 
 def _spine_list(rng, sizes, w, n_keys, n_times):
