@@ -14,18 +14,24 @@ batch size (the asv suites measure several batch sizes after one load of the 1e6
 graph); :func:`run_reach` is one load and one segment. ``engine`` selects the
 :class:`~ddnumba.Dataflow` engine (``None``: the Dataflow default, ``"auto"`` unless
 ``DDNUMBA_ENGINE`` says otherwise); the figures name the engine that actually ran.
+The ``merged_per_change`` column counts rows read by trace (spine) merges per change:
+maintenance work that, unlike the timings, does not vary with the machine's load.
+
+``python -m ddnumba.bench profile --nodes N --batch B`` runs the same workload under
+Linux ``perf`` and prints where the time goes by kernel (see :mod:`ddnumba.profiling`).
 """
 from __future__ import annotations
 
 import argparse
 import gc
+import os
 import time
 
 import numpy as np
 
 import ddnumba as dd
 
-__all__ = ["workload", "build_reach", "state_records", "ReachSession", "run_reach",
+__all__ = ["workload", "build_reach", "state_records", "spine_work", "profile_reach", "ReachSession", "run_reach",
            "run_reach_sweep", "main"]
 
 SEED = 20240601
@@ -70,6 +76,14 @@ def _all_nodes(df):
         yield node
         if isinstance(node, LoopNode):
             stack.extend(node.child.nodes)
+
+
+def spine_work(df):
+    """``(merges, rows read by them)`` of the native engine's traces so far; None for
+    the Python engine."""
+    if df._native:
+        return df._native.spine_work()
+    return None
 
 
 def state_records(df):
@@ -165,6 +179,7 @@ class ReachSession:
         t = self.t
         base = self.pos
         ones = np.ones(batch, np.int64)
+        work0 = spine_work(df)
         steps_it = range(steps)
         if progress:
             try:
@@ -197,6 +212,10 @@ class ReachSession:
                "changes": steps * batch, "load_s": self.load_s,
                "records_after_load": self.records_after_load,
                "records_end": state_records(df)}
+        work1 = spine_work(df)
+        # trace maintenance: rows read by spine merges per change (native engine)
+        out["merged_per_change"] = (None if work0 is None or not steps else
+                                    (work1[1] - work0[1]) / (steps * batch))
         out.update(_latency_figures(lat, batch))
         out["latencies"] = lat
         out["marks"] = marks
@@ -255,10 +274,44 @@ def run_reach_sweep(n, segments, *, workers=1, engine=None, progress=False):
         session.close()
 
 
+def profile_reach(n, batch, changes, *, out="reach.perf.data", top=25, engine=None):
+    """Load the ``n``-node graph, then record ``changes`` changes (``batch`` per run)
+    with Linux ``perf`` attached to this process, named through a perf map of the
+    compiled kernels (:mod:`ddnumba.profiling`). Returns ``(figures, top symbols)``."""
+    import shutil
+    import signal
+    import subprocess
+
+    from .profiling import perf_top, write_perf_map
+
+    perf = shutil.which("perf")
+    if perf is None:
+        raise SystemExit("profile: the perf command is not installed")
+    session = ReachSession(n, changes + batch, engine=engine)
+    try:
+        session.load()
+        session.feed(batch, batch)          # everything the runs use is compiled now
+        write_perf_map()
+        rec = subprocess.Popen([perf, "record", "-F", "999", "-p", str(os.getpid()),
+                                "-o", out], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE)
+        time.sleep(1.0)                     # let perf attach
+        if rec.poll() is not None:
+            raise SystemExit(f"profile: perf record failed: {rec.stderr.read().decode()}")
+        try:
+            figures = session.feed(batch, changes, progress=True)
+        finally:
+            rec.send_signal(signal.SIGINT)
+            rec.wait()
+    finally:
+        session.close()
+    return figures, perf_top(out, top)
+
+
 def _table(rows):
     cols = ["n", "batch", "workers", "engine", "changes", "load_s", "changes_per_s",
             "p50_ms", "p99_ms", "max_ms", "recompute_ms", "ratio", "records_after_load",
-            "records_end", "check"]
+            "records_end", "merged_per_change", "check"]
     print(" ".join(f"{c:>14}" for c in cols))
     for r in rows:
         r = dict(r)
@@ -353,7 +406,41 @@ def main(argv=None):
                         "process, the first is the reference of the ratio lines")
     r.add_argument("--no-recompute", action="store_true")
     r.add_argument("--plot", default=None, help="write a latency CDF PNG here")
+    pr = sub.add_parser("profile", help="where the time goes: the workload under perf")
+    pr.add_argument("--nodes", type=int, default=1000)
+    pr.add_argument("--batch", type=int, default=1000)
+    pr.add_argument("--changes", type=int, default=None,
+                    help="changes recorded (default: max(20 * B, 200))")
+    pr.add_argument("--out", default="reach.perf.data", help="perf data file")
+    pr.add_argument("--top", type=int, default=25)
+    pr.add_argument("--cached", action="store_true",
+                    help="use Numba's on-disk cache (faster start, but helpers inside "
+                         "cached kernels get no names, so their samples are counted "
+                         "under a neighbouring symbol)")
     args = p.parse_args(argv)
+    if args.cmd == "profile" and not args.cached and not os.environ.get("_DDNUMBA_FRESH"):
+        # Named helpers need code compiled in this process: rerun with an empty cache
+        # (the kernels compile afresh, a few minutes).
+        import subprocess
+        import sys
+        import tempfile
+        with tempfile.TemporaryDirectory(prefix="ddnumba-profile-") as tmp:
+            env = dict(os.environ, NUMBA_CACHE_DIR=tmp, _DDNUMBA_FRESH="1")
+            print("profile: compiling the kernels afresh so that perf can name them "
+                  "(a few minutes; --cached skips this)", flush=True)
+            raise SystemExit(subprocess.call(
+                [sys.executable, "-m", "ddnumba.bench"] + list(argv or sys.argv[1:]),
+                env=env))
+    if args.cmd == "profile":
+        fig, rows = profile_reach(args.nodes, args.batch,
+                                  args.changes or max(20 * args.batch, 200),
+                                  out=args.out, top=args.top)
+        print(f"N={args.nodes} B={args.batch}: {fig['changes_per_s']:.0f} changes/s, "
+              f"p50 {fig['p50_ms']:.2f} ms (perf attached); perf data: {args.out}")
+        print(f"{'share':>7} {'samples':>8}  symbol")
+        for pct, cnt, name in rows:
+            print(f"{pct:6.2f}% {cnt:8d}  {name}")
+        return
     engines = list(dict.fromkeys(args.engine)) if args.engine else [None]
     rows = []
     for n in args.nodes:
