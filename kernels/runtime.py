@@ -1089,6 +1089,18 @@ def _sort_small(a, lo, hi):
 
 
 @njit(cache=True, nogil=True)
+def _move_left(vals, ts, fs, src, dst, n):
+    """Move entries ``[src, src + n)`` to ``dst <= src`` (in place, front to back)."""
+    if dst == src:
+        return
+    for q in range(n):
+        for x in range(vals.shape[1]):
+            vals[dst + q, x] = vals[src + q, x]
+        ts[dst + q] = ts[src + q]
+        fs[dst + q] = fs[src + q]
+
+
+@njit(cache=True, nogil=True)
 def _reduce_gather(new, spine, out_spine, pend, kw, vw, ow, k, p, share):
     """Phase 1 of a reduce round: keys, their due outer times, histories, pending.
 
@@ -1250,20 +1262,8 @@ def _reduce_gather(new, spine, out_spine, pend, kw, vw, ow, k, p, share):
         h_offs[kk + 1] = h_offs[kk] + (hcur[kk] - s0)
         o_offs[kk + 1] = o_offs[kk] + (ocur[kk] - s0)
         c_offs[kk + 1] = c_offs[kk] + (ccur[kk] - s0)
-        d = h_offs[kk]
-        if d != s0:
-            for q in range(hcur[kk] - s0):
-                for x in range(vw):
-                    h_vals[d + q, x] = h_vals[s0 + q, x]
-                h_t[d + q] = h_t[s0 + q]
-                h_f[d + q] = h_f[s0 + q]
-        d = o_offs[kk]
-        if d != s0:
-            for q in range(ocur[kk] - s0):
-                for x in range(ow):
-                    o_vals[d + q, x] = o_vals[s0 + q, x]
-                o_t[d + q] = o_t[s0 + q]
-                o_f[d + q] = o_f[s0 + q]
+        _move_left(h_vals, h_t, h_f, s0, h_offs[kk], hcur[kk] - s0)
+        _move_left(o_vals, o_t, o_f, s0, o_offs[kk], ocur[kk] - s0)
         d = c_offs[kk]
         if d != s0:
             for q in range(ccur[kk] - s0):
