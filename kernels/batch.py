@@ -490,8 +490,14 @@ def seek(data, start, keys, ki, kw, strict):
 
     Precondition: every row before ``start`` is below the bound.
     """
+    return _gallop(data, start, keys, ki, kw, 1 if strict else 0)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _gallop(data, start, keys, ki, kw, limit):
+    """:func:`seek` with ``limit`` (1: strict), inlined into loops over many keys: a
+    call per key would cost reference-count updates of its array arguments."""
     n = data.shape[0]
-    limit = 1 if strict else 0
     if start >= n or _cmp_prefix(data, start, keys, ki, kw) >= limit:
         return start
     if _cmp_prefix(data, n - 1, keys, ki, kw) < limit:
@@ -715,9 +721,9 @@ def seek_fenced(data, fnc, start, keys, ki, kw, strict):
     """:func:`seek` helped by the batch's fence ``fnc`` (see :func:`fence`)."""
     n = data.shape[0]
     nf = fence_rows(n, fnc)
-    if nf == 0:
-        return seek(data, start, keys, ki, kw, strict)
     limit = 1 if strict else 0
+    if nf == 0:
+        return _gallop(data, start, keys, ki, kw, limit)
     if start >= n or _cmp_prefix(data, start, keys, ki, kw) >= limit:
         return start
     ix = key_index(n, fnc)
@@ -728,11 +734,19 @@ def seek_fenced(data, fnc, start, keys, ki, kw, strict):
         else:
             lo, r = _bisect_rows(data, a - 1, b, keys, ki, kw, limit)
         return r if r > start else start
-    fnc = fnc[:nf]
+    return _fence_seek(data, fnc[:nf], start, keys, ki, kw, limit)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _fence_seek(data, fence_rows_, start, keys, ki, kw, limit):
+    """:func:`seek_fenced` in a batch with no key index, ``fence_rows_`` the rows of its
+    fence; inlined (see :func:`_gallop`). Precondition: row ``start`` is below the
+    bound."""
+    n = data.shape[0]
     # First fence row at or after the bound: every fence row before it is below the
     # bound, so the answer lies after row (j - 1) * FENCE_STEP and at most at row
     # j * FENCE_STEP (or n).
-    j = seek(fnc, start // FENCE_STEP, keys, ki, kw, strict)
+    j = _gallop(fence_rows_, start // FENCE_STEP, keys, ki, kw, limit)
     lo = (j - 1) * FENCE_STEP
     if lo < start:
         lo = start
@@ -828,7 +842,12 @@ def key_ranges(data, fnc, queries, qrows, kw, lo, hi):
         pos = np.int64(0)
         for i in range(m):
             q = qrows[i]
-            a = seek_fenced(data, fnc, pos, queries, q, kw, False)
+            if nf == 0:
+                a = _gallop(data, pos, queries, q, kw, 0)
+            elif pos >= n or _cmp_prefix(data, pos, queries, q, kw) >= 0:
+                a = pos
+            else:
+                a = _fence_seek(data, fnc, pos, queries, q, kw, 0)
             b = a
             while b < n and _cmp_prefix(data, b, queries, q, kw) == 0:
                 b += 1
@@ -843,7 +862,7 @@ def key_ranges(data, fnc, queries, qrows, kw, lo, hi):
         # Queries a few fence rows apart: gallop through the fence (it is cached).
         jpos = np.int64(0)
         for i in range(m):
-            j = seek(fnc, jpos, queries, qrows[i], kw, False)
+            j = _gallop(fnc, jpos, queries, qrows[i], kw, 0)
             jpos = j
             a_[i] = j
     else:

@@ -2047,6 +2047,14 @@ def _step(prog, st, n, p, q, k):
     if nin:
         st[10][n, 0] += 1
         st[10][n, 1] += nin
+    elif kind == K_ARRANGE:
+        if len(st[4][_prm(prog)[n, 2]]) == 0:
+            return      # nothing queued, nothing held
+    elif kind == K_REDUCE:
+        if st[5][_prm(prog)[n, 2]][2].shape[0] == 0:
+            return      # nothing queued, nothing pending
+    else:
+        return          # the other operators only act on queued input
     if kind == K_ARRANGE:
         _step_arrange(prog, st, n, p, q, k)
     elif kind == K_JOIN:
