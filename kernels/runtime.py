@@ -220,8 +220,12 @@ def new_state(n_queues, n_spines, n_held, n_pend, pend_w, n_out, n_nodes, n_loop
     nf = np.zeros(n_nodes, np.int64)
     loop_prev = np.zeros(n_loops, np.int64)
     # info: [status detail: loop, iteration, rounds run in total, warned loops bitmask,
-    #        spine merges, rows read by spine merges, unused, unused]
-    info = np.zeros(8, np.int64)
+    #        spine merges, rows read by spine merges, unused, unused,
+    #        then per spine s, at INFO_SPINES + 2 * s: the first batch written in this
+    #        run (-1: none) and rows added in this run (see _settle)]
+    info = np.zeros(INFO_SPINES + 2 * n_spines, np.int64)
+    for s in range(n_spines):
+        info[INFO_SPINES + 2 * s] = -1
     # per node: [steps with input, updates in, updates out, unused]
     stats = np.zeros((n_nodes, 4), np.int64)
     return q, sp, fresh, since, held, pend, out, nf, loop_prev, info, stats
@@ -307,6 +311,7 @@ def _due(t, i, p, q, k):
 # folded with SETTLE_RATIO, which also compacts it to the new frontier.
 MERGE_RATIO = 4
 SETTLE_RATIO = 8
+INFO_SPINES = 8     # per-spine slots of info start here (see new_state)
 
 
 @njit(cache=True, nogil=True)
@@ -324,12 +329,21 @@ def _merge_counted(x, m, since, info):
 
 
 @njit(cache=True, nogil=True)
-def _settle_spine(sp, since, info):
-    """At the end of a run, restore a strongly geometric shape: every batch is more
-    than SETTLE_RATIO times larger than all the batches after it together. The suffix
-    that breaks this is merged into one batch (compacting it to the new frontier), so
-    readers search at most a couple of large batches, while a run that added little
-    only merges little.
+def _settle_spine(sp, since, info, dirty, added):
+    """At the end of a run (``since`` just advanced), compact and reshape a spine.
+
+    First, a strongly geometric shape is restored: every batch is more than
+    SETTLE_RATIO times larger than all the batches after it together, the suffix that
+    breaks this being merged into one batch, so readers search at most a couple of
+    large batches, while a run that added little only merges little.
+
+    Second, batches ``sp[dirty:]`` were written during the run (``added`` rows were
+    inserted), while ``since`` still stood at the previous run's frontier, so they
+    hold the run's distinct times uncompacted (with small state and large runs the
+    run's rows even land in the largest batch). When rewriting them costs at most
+    SETTLE_RATIO times what the run added, they are merged too, compacted to the new
+    frontier: state then stays near its compacted size instead of carrying a run's
+    history until the batch's next rewrite.
 
     (Comparing the *compacted* suffix with its predecessor instead, so that a run's
     cancelling updates would not trigger rewrites of large batches, was measured: it
@@ -341,10 +355,24 @@ def _settle_spine(sp, since, info):
         total += sp[i][2].shape[0]
         if SETTLE_RATIO * total >= sp[i - 1][2].shape[0]:
             cut = i - 1
-    if len(sp) <= cut + 1:
+    if 0 <= dirty < cut:
+        rows = np.int64(0)
+        for i in range(dirty, len(sp)):
+            rows += sp[i][2].shape[0]
+        if rows <= SETTLE_RATIO * added:
+            cut = dirty
+    if cut >= len(sp):
         return
+    if cut == len(sp) - 1 and not (0 <= dirty <= cut):
+        return      # a single clean batch: nothing to merge or compact
     y = sp.pop()
     m = (y[0], y[1], y[2])
+    if len(sp) == cut:
+        # one dirty batch: compact it alone
+        info[4] += 1
+        info[5] += m[2].shape[0]
+        m = merge(m, (np.empty((0, m[0].shape[1]), np.int64), np.empty((0, 2), np.int64),
+                      np.empty(0, np.int64)), since)
     while len(sp) > cut:
         m = _merge_counted(sp.pop(), m, since, info)
     # only the final batch gets a fence (and key index): intermediate ones are dropped
@@ -353,18 +381,35 @@ def _settle_spine(sp, since, info):
 
 
 @njit(cache=True, nogil=True)
-def _spine_insert(sp, b, since, info):
-    """Append a batch and restore the spine's shape: while the last batch is at least
-    1/MERGE_RATIO of the one before it, merge the two. Only the batch that stays gets
-    a fence (and key index)."""
+def _settle(st, s):
+    """:func:`_settle_spine` of spine ``s`` at its current ``since``; afterwards the
+    spine is clean (no batch written in the run)."""
+    sp = st[1][s]
+    info = st[9]
+    x = INFO_SPINES + 2 * s
+    _settle_spine(sp, st[3][s], info, info[x], info[x + 1])
+    info[x] = -1
+    info[x + 1] = 0
+
+
+@njit(cache=True, nogil=True)
+def _spine_insert(sp, b, since, info, s):
+    """Append a batch to spine ``s`` (``sp``) and restore its shape: while the last
+    batch is at least 1/MERGE_RATIO of the one before it, merge the two. Only the
+    batch that stays gets a fence (and key index). Records the batch written and the
+    rows added for :func:`_settle`."""
     if b[2].shape[0] == 0:
         return
     m = b
     while len(sp) >= 1 and MERGE_RATIO * m[2].shape[0] >= sp[len(sp) - 1][2].shape[0]:
         x = sp.pop()
         m = _merge_counted(x, m, since, info)
+    x = INFO_SPINES + 2 * s
+    info[x + 1] += b[2].shape[0]
     if m[2].shape[0] > 0:
         sp.append(_fenced(m))
+    if info[x] < 0 or info[x] > len(sp) - 1:
+        info[x] = len(sp) - 1 if len(sp) else -1
 
 
 @njit(cache=True, nogil=True)
@@ -376,7 +421,7 @@ def _flush(prog, st, spines):
     for s in spines:
         f = fresh[s]
         for b in f:
-            _spine_insert(sp[s], b, since[s], st[9])
+            _spine_insert(sp[s], b, since[s], st[9], s)
         f.clear()
 
 
@@ -1938,15 +1983,15 @@ def _reduce_emit(prog, st, n, keys, ck, cv, ct, cf, kw, ow, k, s_out):
     out = (data, times, cf)
     prm = _prm(prog)
     if prm[n, 9] > 0:
-        _spine_insert(st[1][s_out], _tag_rows(out, kw, prm[n, 9], 1), st[3][s_out], st[9])
+        _spine_insert(st[1][s_out], _tag_rows(out, kw, prm[n, 9], 1), st[3][s_out], st[9], s_out)
     elif prm[n, 9] < 0:
         # Shared trace, equal widths: output updates at iteration -1 - k.
         st_times = times.copy()
         for r in range(m):
             st_times[r, 1] = -1 - k
-        _spine_insert(st[1][s_out], (data, st_times, cf), st[3][s_out], st[9])
+        _spine_insert(st[1][s_out], (data, st_times, cf), st[3][s_out], st[9], s_out)
     else:
-        _spine_insert(st[1][s_out], out, st[3][s_out], st[9])
+        _spine_insert(st[1][s_out], out, st[3][s_out], st[9], s_out)
     _emit(prog, st, n, out)
 
 
@@ -2017,7 +2062,7 @@ def _step_reduce_agg(prog, st, n, new, kw, vw, is_sum, col):
         data[r, kw + 1] = cv[r, 1]
         pd_[r, kw] = cv[r, 0]
         times[r, 0] = ct[r]
-    _spine_insert(st[1][s_out], (data, times, cf), st[3][s_out], st[9])
+    _spine_insert(st[1][s_out], (data, times, cf), st[3][s_out], st[9], s_out)
     # Consumers see (key, total): rows differing only in nz cancel.
     _emit(prog, st, n, sort_consolidate(pd_, times, cf))
 
@@ -2141,7 +2186,7 @@ def _run_loop(prog, st, l):
     for s in my_spines:
         if p > since[s] and p != INF:
             since[s] = p
-        _settle_spine(st[1][s], since[s], st[9])
+        _settle(st, s)
     for x in range(order_offs[l], order_offs[l + 1]):
         nf[order[x]] = p
     if p != INF:
@@ -2183,8 +2228,10 @@ def run(prog, st, in_frontiers):
         else:
             _step(prog, st, n, nf[n], np.int64(INF), np.int64(0))
     root_spines = spines[spines_offs[0]:spines_offs[1]]
-    _flush(prog, st, root_spines)
     # Compaction frontiers of root traces: the least frontier among their readers.
+    # Every reader has taken this pass's updates, so the batches arranged in it can be
+    # compacted as they are inserted (not one pass later, when they would already have
+    # been merged into larger batches uncompacted).
     for s in root_spines:
         f = np.int64(INF)
         for y in range(spine_nodes_offs[s], spine_nodes_offs[s + 1]):
@@ -2193,5 +2240,7 @@ def run(prog, st, in_frontiers):
                 f = v
         if f != INF and f > since[s]:
             since[s] = f
-        _settle_spine(st[1][s], since[s], st[9])
+    _flush(prog, st, root_spines)
+    for s in root_spines:
+        _settle(st, s)
     return OK

@@ -181,7 +181,7 @@ def _accumulated(batches, since):
     return {k: v for k, v in acc.items() if v}
 
 
-@pytest.mark.parametrize("seed", range(16))
+@pytest.mark.parametrize("seed", range(24))
 def test_settle_spine_keeps_updates_compacts_and_restores_shape(seed):
     from ddnumba.kernels.batch import fence
     from ddnumba.kernels.runtime import SETTLE_RATIO, _settle_spine
@@ -195,17 +195,19 @@ def test_settle_spine_keeps_updates_compacts_and_restores_shape(seed):
     n_keys = int(rng.choice([3, 40, 1000]))
     sp, raw = _spine_list(rng, head + tail, 2, n_keys, 12)
     since = int(rng.integers(0, 14))
+    # the batches written by the run that just ended (from `dirty` on; -1: none) and
+    # the rows it added
+    dirty = int(rng.integers(-1, len(sp))) if len(sp) else -1
+    added = int(rng.integers(0, 800))
     before = _accumulated(raw, since)
     rows_before = [b[2].shape[0] for b in sp]
     heads = [b[0] for b in sp]
     info = np.zeros(8, np.int64)
-    _settle_spine(sp, since, info)
+    _settle_spine(sp, since, info, dirty, added)
     after = [(b[0], b[1], b[2]) for b in sp]
     assert _accumulated(after, since) == before           # nothing lost or changed
     sizes = [b[2].shape[0] for b in sp]
     assert all(s > 0 for s in sizes)
-    # each merge removes one batch; a merged batch that cancelled out entirely, one more
-    assert len(rows_before) - int(info[4]) - len(sizes) in (0, 1)
     for i in range(len(sizes) - 1):                         # strongly geometric
         assert sizes[i] > SETTLE_RATIO * sum(sizes[i + 1:]), (rows_before, sizes)
     for d, t, f, fnc in sp:                                 # sorted, fenced
@@ -213,10 +215,59 @@ def test_settle_spine_keeps_updates_compacts_and_restores_shape(seed):
         if f.shape[0] > 1:
             order = np.lexsort((t[:, 1], t[:, 0]) + tuple(d[:, c] for c in range(1, -1, -1)))
             assert np.array_equal(order, np.arange(f.shape[0]))
-    # batches before the first one the raw-size rule merges stay as they were
+    # the batches from `cut` on are rewritten: those the raw-size rule merges, and the
+    # run's batches when rewriting them costs at most SETTLE_RATIO times what it added
     cut = len(rows_before)
     for i in range(len(rows_before) - 1, 0, -1):
         if SETTLE_RATIO * sum(rows_before[i:]) >= rows_before[i - 1]:
             cut = i - 1
-    for i in range(min(cut, len(rows_before))):
+    if 0 <= dirty < cut and sum(rows_before[dirty:]) <= SETTLE_RATIO * added:
+        cut = dirty
+    for i in range(min(cut, len(rows_before))):             # the rest stay as they were
         assert np.shares_memory(sp[i][0], heads[i])
+    merged = len(rows_before) - cut
+    if merged >= 2 or (merged == 1 and 0 <= dirty <= cut):
+        assert int(info[4]) == max(merged - 1, 1)
+        assert len(sizes) <= cut + 1
+        for d, t, f, fnc in sp[cut:]:                        # rewritten: compacted
+            assert (t[:, 0] >= since).all()
+    else:
+        assert int(info[4]) == 0 and len(sizes) == len(rows_before)
+
+
+def test_spine_insert_records_the_run_for_settle():
+    """Inserts note the first batch they wrote and the rows they added (the settle's
+    input); settling resets both."""
+    from numba.typed import List
+
+    from ddnumba.kernels.runtime import INFO_SPINES, SBATCH_TYPE, _settle, _spine_insert
+
+    rng = np.random.default_rng(3)
+    sp, raw = _spine_list(rng, [3000, 300], 2, 1000, 12)
+    info = np.zeros(INFO_SPINES + 4, np.int64)
+    info[INFO_SPINES::2] = -1
+    x = INFO_SPINES + 2          # spine 1
+    added = 0
+    for size in (30, 20, 200):
+        d = rng.integers(0, 1000, (size, 2)).astype(np.int64)
+        t = np.stack([rng.integers(0, 12, size), np.zeros(size, np.int64)], 1)
+        b = sort_consolidate_py(d, t, np.ones(size, np.int64))
+        raw.append(b)
+        added += b[2].shape[0]
+        _spine_insert(sp, b, np.int64(0), info, 1)
+    # 30 is appended (index 2), 20 merges into it, 200 into that and the 300 (index 1)
+    assert int(info[x]) == 1 and int(info[x + 1]) == added
+    assert int(info[INFO_SPINES]) == -1                     # spine 0 untouched
+    assert _accumulated([(b[0], b[1], b[2]) for b in sp], 0) == _accumulated(raw, 0)
+    # settle of spine 1 in a state tuple: only fields 1 (spines), 3 (since), 9 (info)
+    sps = List([List.empty_list(SBATCH_TYPE), sp])
+    st = (None, sps, None, np.array([0, 12], np.int64), None, None, None, None, None,
+          info, None)
+    _settle(st, 1)
+    assert int(info[x]) == -1 and int(info[x + 1]) == 0
+    assert _accumulated([(b[0], b[1], b[2]) for b in sps[1]], 12) == _accumulated(raw, 12)
+
+
+def sort_consolidate_py(d, t, f):
+    from ddnumba.kernels.batch import sort_consolidate
+    return sort_consolidate(d, t.astype(np.int64), f)
