@@ -1003,7 +1003,23 @@ def _key_cmp(a, i, b, j, kw):
 
 
 @njit(cache=True, nogil=True)
+def _sort_histories(vals, ts, fs, offs, nsrc, runs, tmp_v, tmp_t, tmp_f):
+    """:func:`_sort_vt` of every key's entries ``[offs[k], offs[k + 1])`` gathered from
+    more than one batch (``nsrc[k] > 1``), in one call (a call per key would cost
+    reference-count updates of its nine array arguments)."""
+    for kk in range(offs.shape[0] - 1):
+        if nsrc[kk] > 1:
+            _sort_range(vals, ts, fs, offs[kk], offs[kk + 1], runs, tmp_v, tmp_t, tmp_f)
+
+
+@njit(cache=True, nogil=True)
 def _sort_vt(vals, ts, fs, lo, hi, runs, tmp_v, tmp_t, tmp_f):
+    """Sort entries ``[lo, hi)`` by (val, t) in place, stably (see _sort_range)."""
+    _sort_range(vals, ts, fs, lo, hi, runs, tmp_v, tmp_t, tmp_f)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _sort_range(vals, ts, fs, lo, hi, runs, tmp_v, tmp_t, tmp_f):
     """Sort entries ``[lo, hi)`` by (val, t) in place, stably.
 
     The entries are a concatenation of a few sorted runs (one per trace batch), so this
@@ -1133,7 +1149,7 @@ def _sort_small(a, lo, hi):
         a[j] = x
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _move_left(vals, ts, fs, src, dst, n):
     """Move entries ``[src, src + n)`` to ``dst <= src`` (in place, front to back)."""
     if dst == src:
@@ -1334,15 +1350,13 @@ def _reduce_gather(new, spine, out_spine, pend, kw, vw, ow, k, p, share):
     due_t = np.empty(nk + nh + no, np.int64)
     due_offs = np.zeros(nk + 1, np.int64)
     ndue = np.int64(0)
+    _sort_histories(h_vals, h_t, h_f, h_offs, nsrc_h, perm, tv, tt, tf)
+    _sort_histories(o_vals, o_t, o_f, o_offs, nsrc_o, perm, tv, tt, tf)
     for kk in range(nk):
         h0 = h_offs[kk]
         h1 = h_offs[kk + 1]
         o0 = o_offs[kk]
         o1 = o_offs[kk + 1]
-        if nsrc_h[kk] > 1:
-            _sort_vt(h_vals, h_t, h_f, h0, h1, perm, tv, tt, tf)
-        if nsrc_o[kk] > 1:
-            _sort_vt(o_vals, o_t, o_f, o0, o1, perm, tv, tt, tf)
         m = kmin[kk]
         d0 = ndue
         due_t[ndue] = m
@@ -1478,7 +1492,7 @@ def _sort_pairs(a, b, lo, hi):
     _insertion_sort_pairs(a, b, lo, hi)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _insertion_sort_pairs(a, b, lo, hi):
     """Stable insertion sort of ``(a, b)[lo:hi]`` by ``a``, in place."""
     for i in range(lo + 1, hi):
