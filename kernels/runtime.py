@@ -782,7 +782,7 @@ def _pairs_xy(xd, xt, xf, x0, x1, yd, yt, yf, y0, y1, acc_right, lw, rw, kw, od,
     return o
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _pairs_1d(xd, xt, xf, xa, xb, yd, yt, yf, ya, yb, it, x_left, lw, rw, kw, od, ot,
               of, o):
     """Pairs of two rows' histories that all join at iteration ``it`` (x updates at
