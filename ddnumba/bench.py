@@ -18,7 +18,8 @@ The ``merged_per_change`` column counts rows read by trace (spine) merges per ch
 maintenance work that, unlike the timings, does not vary with the machine's load.
 
 ``python -m ddnumba.bench profile --nodes N --batch B`` runs the same workload under
-Linux ``perf`` and prints where the time goes by kernel (see :mod:`ddnumba.profiling`).
+Linux ``perf`` and prints where the time goes by kernel (see :mod:`ddnumba.profiling`);
+with ``--callers`` it also splits reference counting by the kernel that calls it.
 """
 from __future__ import annotations
 
@@ -274,15 +275,21 @@ def run_reach_sweep(n, segments, *, workers=1, engine=None, progress=False):
         session.close()
 
 
-def profile_reach(n, batch, changes, *, out="reach.perf.data", top=25, engine=None):
+def profile_reach(n, batch, changes, *, out="reach.perf.data", top=25, engine=None,
+                  callers=False):
     """Load the ``n``-node graph, then record ``changes`` changes (``batch`` per run)
     with Linux ``perf`` attached to this process, named through a perf map of the
-    compiled kernels (:mod:`ddnumba.profiling`). Returns ``(figures, top symbols)``."""
+    compiled kernels (:mod:`ddnumba.profiling`). Returns ``(figures, top symbols)``.
+
+    ``callers``: also save each sample's top stack words (``--call-graph dwarf``) and
+    attribute reference counting to its callers; ``figures["refcount"]`` is then
+    ``(share of all samples, [(percent, samples, caller)])`` (see
+    :func:`ddnumba.profiling.refcount_callers`)."""
     import shutil
     import signal
     import subprocess
 
-    from .profiling import perf_top, write_perf_map
+    from .profiling import perf_top, refcount_callers, write_perf_map
 
     perf = shutil.which("perf")
     if perf is None:
@@ -291,9 +298,11 @@ def profile_reach(n, batch, changes, *, out="reach.perf.data", top=25, engine=No
     try:
         session.load()
         session.feed(batch, batch)          # everything the runs use is compiled now
-        write_perf_map()
-        rec = subprocess.Popen([perf, "record", "-F", "999", "-p", str(os.getpid()),
-                                "-o", out], stdout=subprocess.DEVNULL,
+        map_path = write_perf_map()
+        # (1 KiB of stack per sample holds the words refcount_callers scans)
+        graph = ["--call-graph", "dwarf,1024"] if callers else []
+        rec = subprocess.Popen([perf, "record", "-F", "999", *graph, "-p",
+                                str(os.getpid()), "-o", out], stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE)
         time.sleep(1.0)                     # let perf attach
         if rec.poll() is not None:
@@ -305,6 +314,11 @@ def profile_reach(n, batch, changes, *, out="reach.perf.data", top=25, engine=No
             rec.wait()
     finally:
         session.close()
+    if callers:
+        with subprocess.Popen([perf, "report", "-D", "-i", out], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, text=True,
+                              errors="replace") as rep:
+            figures["refcount"] = refcount_callers(rep.stdout, map_path, top=top)
     return figures, perf_top(out, top)
 
 
@@ -413,6 +427,9 @@ def main(argv=None):
                     help="changes recorded (default: max(20 * B, 200))")
     pr.add_argument("--out", default="reach.perf.data", help="perf data file")
     pr.add_argument("--top", type=int, default=25)
+    pr.add_argument("--callers", action="store_true",
+                    help="also attribute reference counting (NRT_incref/NRT_decref) to "
+                         "the kernels that call it (records stack words: larger data)")
     pr.add_argument("--cached", action="store_true",
                     help="use Numba's on-disk cache (faster start, but helpers inside "
                          "cached kernels get no names, so their samples are counted "
@@ -434,12 +451,17 @@ def main(argv=None):
     if args.cmd == "profile":
         fig, rows = profile_reach(args.nodes, args.batch,
                                   args.changes or max(20 * args.batch, 200),
-                                  out=args.out, top=args.top)
+                                  out=args.out, top=args.top, callers=args.callers)
         print(f"N={args.nodes} B={args.batch}: {fig['changes_per_s']:.0f} changes/s, "
               f"p50 {fig['p50_ms']:.2f} ms (perf attached); perf data: {args.out}")
         print(f"{'share':>7} {'samples':>8}  symbol")
         for pct, cnt, name in rows:
             print(f"{pct:6.2f}% {cnt:8d}  {name}")
+        if "refcount" in fig:
+            share, callers = fig["refcount"]
+            print(f"reference counting: {share:.2f}% of all samples, by caller:")
+            for pct, cnt, name in callers:
+                print(f"{pct:6.2f}% {cnt:8d}  {name}")
         return
     engines = list(dict.fromkeys(args.engine)) if args.engine else [None]
     rows = []

@@ -15,13 +15,20 @@ to name every function, helpers included. Call :func:`write_perf_map` after the
 dataflow's first ``run()`` (everything it uses is compiled by then) and before the
 part to profile. ``python -m ddnumba.bench profile`` does all of this for the
 reachability benchmark.
+
+Reference counting (``NRT_incref`` / ``NRT_decref``, atomic updates Numba makes when
+a compiled function takes or drops an array) often tops such a profile, and ``perf``
+cannot unwind JIT code to say who calls it. :func:`refcount_callers` reads the stack
+words ``perf record --call-graph dwarf`` saved with each sample: the first return
+address inside a compiled function names the caller (``bench profile --callers``).
 """
 from __future__ import annotations
 
 import gc
 import os
 
-__all__ = ["write_perf_map", "compiled_functions", "short_symbol", "perf_top"]
+__all__ = ["write_perf_map", "compiled_functions", "short_symbol", "perf_top",
+           "refcount_callers"]
 
 
 def _libraries():
@@ -111,3 +118,106 @@ def perf_top(data, top=25):
         if m:
             rows.append((float(m.group(1)), int(m.group(2)), short_symbol(m.group(3))))
     return rows[:top]
+
+
+REFCOUNT = ("NRT_incref", "NRT_decref")
+
+
+def _read_map(path):
+    """``(starts, entries)`` of a perf map, sorted by address."""
+    entries = []
+    with open(path) as fh:
+        for line in fh:
+            parts = line.rstrip("\n").split(" ", 2)
+            if len(parts) == 3:
+                entries.append((int(parts[0], 16), int(parts[1], 16), parts[2]))
+    entries.sort()
+    return [e[0] for e in entries], entries
+
+
+def _symbol_at(starts, entries, addr):
+    import bisect
+
+    i = bisect.bisect_right(starts, addr) - 1
+    if i >= 0 and addr < entries[i][0] + entries[i][1]:
+        return entries[i][2]
+    return None
+
+
+def _dump_samples(lines):
+    """``(ip, stack bytes)`` of every sample in ``perf report -D`` output (the user
+    stack saved by ``--call-graph dwarf``; empty when there is none)."""
+    import re
+
+    sample = re.compile(r"PERF_RECORD_SAMPLE\(.*?\): \d+/\d+: (0x[0-9a-f]+)")
+    stack = re.compile(r"ustack: size \d+, offset (0x[0-9a-f]+)")
+    hexline = re.compile(r"^\.\s+[0-9a-f]{4}:\s+((?:[0-9a-f]{2}\s?)+)")
+    ip = None
+    off = None
+    raw = bytearray()
+
+    def done():
+        if ip is None:
+            return None
+        if off is None or len(raw) < off + 8:
+            return ip, b""
+        return ip, bytes(raw[off + 8:])    # after the u64 size of the stack dump
+
+    for line in lines:
+        m = sample.search(line)
+        if m:
+            out = done()
+            if out is not None:
+                yield out
+            ip, off, raw = int(m.group(1), 16), None, bytearray()
+            continue
+        m = stack.search(line)
+        if m:
+            off = int(m.group(1), 16)
+            continue
+        if ip is not None:
+            m = hexline.match(line)
+            if m:
+                raw += bytes(int(x, 16) for x in m.group(1).split())
+    out = done()
+    if out is not None:
+        yield out
+
+
+def refcount_callers(dump_lines, map_path, top=20, words=64):
+    """Attribute the reference-count samples of a recording to their callers.
+
+    ``dump_lines``: the lines of ``perf report -D -i <data>`` for a recording made
+    with ``--call-graph dwarf`` of a process whose perf map is ``map_path`` (see
+    :func:`write_perf_map`). For each sample in ``NRT_incref`` / ``NRT_decref``, the
+    first of the ``words`` stack words that is an address inside another compiled
+    function names the caller. Returns ``(share, rows)``: the percentage of all
+    samples spent in reference counting, and ``[(percent of all samples, samples,
+    caller)]`` for the ``top`` callers (``"?"``: no compiled caller found, e.g. a
+    call from C code such as the typed list's).
+    """
+    import collections
+    import struct
+
+    starts, entries = _read_map(map_path)
+    total = 0
+    in_rc = 0
+    callers = collections.Counter()
+    for ip, stack in _dump_samples(dump_lines):
+        total += 1
+        name = _symbol_at(starts, entries, ip)
+        if name not in REFCOUNT:
+            continue
+        in_rc += 1
+        who = "?"
+        for w in range(min(words, len(stack) // 8)):
+            addr = struct.unpack_from("<Q", stack, 8 * w)[0]
+            sym = _symbol_at(starts, entries, addr)
+            if sym is not None and sym not in REFCOUNT:
+                who = short_symbol(sym)
+                break
+        callers[who] += 1
+    if total == 0:
+        return 0.0, []
+    rows = [(100.0 * c / total, c, who) for who, c in callers.most_common(top)]
+    return 100.0 * in_rc / total, rows

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from numba import njit
 
-from ddnumba.profiling import compiled_functions, short_symbol, write_perf_map
+from ddnumba.profiling import (compiled_functions, refcount_callers, short_symbol,
+                                write_perf_map)
 
 
 def test_short_symbol_reads_numba_mangling():
@@ -54,3 +55,50 @@ def test_bench_profile_names_the_kernels(tmp_path):
     names = [name for _, _, name in rows]
     assert any(n.startswith("ddnumba.kernels.") for n in names), names[:20]
     assert os.path.getsize(tmp_path / "reach.data") > 0
+    assert "refcount" not in fig
+    # with the stack words: reference counting is attributed to kernels
+    fig, rows = profile_reach(200, 50, 2000, out=str(tmp_path / "reach2.data"), top=50,
+                              callers=True)
+    share, callers = fig["refcount"]
+    assert 0 < share < 100
+    assert sum(c for _, c, _ in callers) > 0
+    assert any(name.startswith("ddnumba.kernels.") for _, _, name in callers), callers
+
+
+def _fake_sample(ip, stack_words, offset=0x20):
+    """Lines of one sample as ``perf report -D`` prints it: the header, the user stack
+    record (its u64 size at ``offset`` of the raw event, the saved words after it)
+    and the raw event's hex dump."""
+    raw = bytearray(offset) + (8 * len(stack_words)).to_bytes(8, "little")
+    for w in stack_words:
+        raw += w.to_bytes(8, "little")
+    lines = [f"123 0x1f2d0 [0x40f8]: PERF_RECORD_SAMPLE(IP, 0x2): 7/7: {ip:#x} period: 1 addr: 0",
+             "... FP chain: nr:0",
+             f"... ustack: size {8 * len(stack_words)}, offset {offset:#x}",
+             " ... thread: python:7", "", "0x233c8@p.data [0x40f8]: event: 9", ".",
+             ". ... raw event: size 64 bytes"]
+    for i in range(0, len(raw), 16):
+        chunk = " ".join(f"{b:02x}" for b in raw[i:i + 16])
+        lines.append(f".  {i:04x}:  {chunk}")
+    return lines
+
+
+def test_refcount_callers_names_the_first_compiled_caller_on_the_stack(tmp_path):
+    mp = tmp_path / "perf-1.map"
+    mp.write_text("1000 10 NRT_incref\n1010 10 NRT_decref\n"
+                  "2000 100 _ZN7ddnumba7kernels5batch5mergeB4v2\n"
+                  "3000 100 _ZN7ddnumba7kernels7runtime8_pairsxyB4v3\n")
+    lines = []
+    lines += _fake_sample(0x1004, [0x2010, 0x3000])          # incref from merge
+    lines += _fake_sample(0x1014, [0x7, 0x1008, 0x3050])      # decref from _pairsxy
+    lines += _fake_sample(0x1014, [0x3010])                   # decref from _pairsxy
+    lines += _fake_sample(0x1004, [0x9, 0x10])                # no compiled caller
+    lines += _fake_sample(0x2040, [0x3000])                   # inside merge itself
+    share, rows = refcount_callers(lines, str(mp))
+    assert share == pytest.approx(80.0)
+    assert rows == [(40.0, 2, "ddnumba.kernels.runtime._pairsxy"),
+                    (20.0, 1, "ddnumba.kernels.batch.merge"), (20.0, 1, "?")]
+    # only the first `words` stack words are searched
+    share, rows = refcount_callers(_fake_sample(0x1004, [0x9, 0x2010]), str(mp), words=1)
+    assert share == 100.0 and rows == [(100.0, 1, "?")]
+    assert refcount_callers([], str(mp)) == (0.0, [])
