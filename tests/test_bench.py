@@ -28,3 +28,22 @@ def test_spine_work_is_none_for_the_python_engine():
         assert session.feed(5, 10)["merged_per_change"] is None
     finally:
         session.close()
+
+
+def test_traces_stay_compact_under_a_sliding_window():
+    """Each run's updates are compacted when it ends: after many runs of many distinct
+    times the traces hold about what the load left (the live graph's state), not the
+    last run's history as well."""
+    session = ReachSession(300, 6000, engine="native")
+    try:
+        session.load()
+        base = session.records_after_load
+        peak = 0
+        for _ in range(12):
+            out = session.feed(500, 500)
+            peak = max(peak, out["records_end"])
+        assert peak <= 1.5 * base, (base, peak)
+        _, check = session.recompute()
+        assert check
+    finally:
+        session.close()
