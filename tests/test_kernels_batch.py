@@ -117,6 +117,28 @@ def test_merge_hypothesis(ra, rb, since):
     assert_batch(kb.merge(a, b, since), ref_consolidate(*cat, since=since))
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_merge_long_groups_advanced_to_the_frontier(seed):
+    """A run's updates of one data row at many times and iterations: advancing them to
+    the frontier makes long blocks of one outer time to re-sort by iteration, then
+    times after the frontier follow, already sorted."""
+    rng = np.random.default_rng(seed)
+
+    def mk(n, t_hi):
+        d = rng.integers(0, 3, (n, 1)).astype(np.int64)
+        t = np.stack([rng.integers(0, t_hi, n), rng.integers(-5, 40, n)], 1)
+        return kb.sort_consolidate(d, t.astype(np.int64), rng.integers(-2, 3, n))
+
+    a, b = mk(int(rng.integers(0, 900)), 400), mk(int(rng.integers(0, 900)), 400)
+    for since in (I64_MIN, 0, 150, 399, 1000):
+        got = kb.merge(a, b, since)
+        cat = [np.concatenate([x, y]) for x, y in zip(a, b)]
+        assert_batch(got, ref_consolidate(*cat, since=None if since == I64_MIN else since))
+        assert kb.is_consolidated(*got)
+        got = kb.merge(a, kb.empty_batch(1), since)     # one batch alone (compaction)
+        assert_batch(got, ref_consolidate(*a, since=None if since == I64_MIN else since))
+
+
 def test_merge_sums_to_zero_and_overflow():
     a = (np.array([[1]], np.int64), np.array([[2, 0]], np.int64), np.array([1], np.int64))
     b = (np.array([[1]], np.int64), np.array([[2, 0]], np.int64), np.array([-1], np.int64))
