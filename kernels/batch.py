@@ -432,9 +432,11 @@ def merge(a, b, since):
                 j += 1
             # Times of the group: merged by time from both sources (each sorted), then
             # advanced; equal times of the two inputs are summed (zeros dropped) in
-            # _close_group.
+            # _close_group, which is needed only when a time was advanced or two
+            # equal times met (otherwise the merged times are sorted and distinct).
             x = r
             y = rb
+            advanced = False
             while x < i or y < j:
                 take_a = y >= j or (x < i and (at[x, 0] < bt[y, 0] or (
                     at[x, 0] == bt[y, 0] and at[x, 1] <= bt[y, 1])))
@@ -450,11 +452,13 @@ def merge(a, b, since):
                     y += 1
                 if t0 < since:
                     t0 = since
+                    advanced = True
+                elif k > start and ot[k - 1, 0] == t0 and ot[k - 1, 1] == t1:
+                    advanced = True
                 ot[k, 0] = t0
                 ot[k, 1] = t1
                 of[k] = dv
                 k += 1
-            advanced = True
         if advanced and k - start > 1:       # (one update cannot collide)
             k = _close_group(ot, of, start, k, advanced)
             if k < 0:
