@@ -50,7 +50,7 @@ import numpy as np
 from numba import njit, objmode, types
 from numba.typed import List
 
-from .batch import (concat_batches, fence, key_ranges, merge, seek, seek_fenced,
+from .batch import (advance, concat_batches, fence, key_ranges, merge, seek, seek_fenced,
                     sort_consolidate)
 from .reduce import (_accumulate, _logic_count, _logic_extreme, _logic_sum,
                      _logic_top_k)
@@ -371,8 +371,7 @@ def _settle_spine(sp, since, info, dirty, added):
         # one dirty batch: compact it alone
         info[4] += 1
         info[5] += m[2].shape[0]
-        m = merge(m, (np.empty((0, m[0].shape[1]), np.int64), np.empty((0, 2), np.int64),
-                      np.empty(0, np.int64)), since)
+        m = advance(m, since)
     while len(sp) > cut:
         m = _merge_counted(sp.pop(), m, since, info)
     # only the final batch gets a fence (and key index): intermediate ones are dropped
