@@ -146,22 +146,32 @@ def _symbol_at(starts, entries, addr):
 
 def _dump_samples(lines):
     """``(ip, stack bytes)`` of every sample in ``perf report -D`` output (the user
-    stack saved by ``--call-graph dwarf``; empty when there is none)."""
+    stack saved by ``--call-graph dwarf``; empty when there is none).
+
+    ``perf report -D`` prints each event's raw bytes first (after a ``... @file
+    [size]: event: N`` line), then its description: for a sample, the line with its
+    instruction pointer and the offset of the saved stack within the raw bytes. A
+    sample's raw bytes start with the event header and then the instruction pointer,
+    which is checked, so stack words are never taken from another event."""
     import re
+    import struct
 
     sample = re.compile(r"PERF_RECORD_SAMPLE\(.*?\): \d+/\d+: (0x[0-9a-f]+)")
     stack = re.compile(r"ustack: size \d+, offset (0x[0-9a-f]+)")
+    header = re.compile(r"^0x[0-9a-f]+@\S* \[0x[0-9a-f]+\]: event:")
     hexline = re.compile(r"^\.\s+[0-9a-f]{4}:\s+((?:[0-9a-f]{2}\s?)+)")
     ip = None
     off = None
-    raw = bytearray()
+    raw = b""
+    pending = bytearray()       # raw bytes of the event being printed
 
     def done():
         if ip is None:
             return None
-        if off is None or len(raw) < off + 8:
+        if (off is None or len(raw) < off + 8 or len(raw) < 16
+                or struct.unpack_from("<Q", raw, 8)[0] != ip):
             return ip, b""
-        return ip, bytes(raw[off + 8:])    # after the u64 size of the stack dump
+        return ip, raw[off + 8:]    # after the u64 size of the stack dump
 
     for line in lines:
         m = sample.search(line)
@@ -169,16 +179,19 @@ def _dump_samples(lines):
             out = done()
             if out is not None:
                 yield out
-            ip, off, raw = int(m.group(1), 16), None, bytearray()
+            ip, off, raw = int(m.group(1), 16), None, bytes(pending)
+            pending = bytearray()
             continue
         m = stack.search(line)
         if m:
             off = int(m.group(1), 16)
             continue
-        if ip is not None:
-            m = hexline.match(line)
-            if m:
-                raw += bytes(int(x, 16) for x in m.group(1).split())
+        if header.match(line):
+            pending = bytearray()
+            continue
+        m = hexline.match(line)
+        if m:
+            pending += bytes(int(x, 16) for x in m.group(1).split())
     out = done()
     if out is not None:
         yield out

@@ -65,21 +65,23 @@ def test_bench_profile_names_the_kernels(tmp_path):
     assert any(name.startswith("ddnumba.kernels.") for _, _, name in callers), callers
 
 
-def _fake_sample(ip, stack_words, offset=0x20):
-    """Lines of one sample as ``perf report -D`` prints it: the header, the user stack
-    record (its u64 size at ``offset`` of the raw event, the saved words after it)
-    and the raw event's hex dump."""
-    raw = bytearray(offset) + (8 * len(stack_words)).to_bytes(8, "little")
+def _fake_sample(ip, stack_words, offset=0x20, raw_ip=None):
+    """Lines of one sample as ``perf report -D`` prints it: the raw event's hex dump
+    (header, instruction pointer, ..., at ``offset`` the u64 size of the saved user
+    stack and its words), then the sample's description with the stack's offset."""
+    raw = bytearray(8) + (ip if raw_ip is None else raw_ip).to_bytes(8, "little")
+    raw += bytearray(offset - len(raw)) + (8 * len(stack_words)).to_bytes(8, "little")
     for w in stack_words:
         raw += w.to_bytes(8, "little")
-    lines = [f"123 0x1f2d0 [0x40f8]: PERF_RECORD_SAMPLE(IP, 0x2): 7/7: {ip:#x} period: 1 addr: 0",
-             "... FP chain: nr:0",
-             f"... ustack: size {8 * len(stack_words)}, offset {offset:#x}",
-             " ... thread: python:7", "", "0x233c8@p.data [0x40f8]: event: 9", ".",
-             ". ... raw event: size 64 bytes"]
+    lines = ["", "0x233c8@p.data [0x40f8]: event: 9", ".",
+             f". ... raw event: size {len(raw)} bytes"]
     for i in range(0, len(raw), 16):
         chunk = " ".join(f"{b:02x}" for b in raw[i:i + 16])
-        lines.append(f".  {i:04x}:  {chunk}")
+        lines.append(f".  {i:04x}:  {chunk:<47}  ................")
+    lines += ["", f"123 0x1f2d0 [0x40f8]: PERF_RECORD_SAMPLE(IP, 0x2): 7/7: {ip:#x} "
+              "period: 1 addr: 0", "... FP chain: nr:0",
+              f"... ustack: size {8 * len(stack_words)}, offset {offset:#x}",
+              " ... thread: python:7"]
     return lines
 
 
@@ -98,6 +100,14 @@ def test_refcount_callers_names_the_first_compiled_caller_on_the_stack(tmp_path)
     assert share == pytest.approx(80.0)
     assert rows == [(40.0, 2, "ddnumba.kernels.runtime._pairsxy"),
                     (20.0, 1, "ddnumba.kernels.batch.merge"), (20.0, 1, "?")]
+    # the stack belongs to the sample whose raw bytes precede its description: a
+    # sample without a stack never borrows the next one's
+    lines = _fake_sample(0x1004, [0x2010])[:-2] + _fake_sample(0x1004, [0x3000])
+    share, rows = refcount_callers(lines, str(mp))
+    assert sorted(rows) == [(50.0, 1, "?"), (50.0, 1, "ddnumba.kernels.runtime._pairsxy")]
+    # raw bytes of another event (instruction pointer differs) are not used
+    share, rows = refcount_callers(_fake_sample(0x1004, [0x2010], raw_ip=0x1014), str(mp))
+    assert rows == [(100.0, 1, "?")]
     # only the first `words` stack words are searched
     share, rows = refcount_callers(_fake_sample(0x1004, [0x9, 0x2010]), str(mp), words=1)
     assert share == 100.0 and rows == [(100.0, 1, "?")]
