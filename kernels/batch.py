@@ -26,7 +26,7 @@ compiled code, many times per round:
 import numpy as np
 from numba import njit
 
-from .rows import add_checked
+from .rows import add_checked, leaf
 from .sort import _bucket_sort, _column_widths, _lsd_sort, _pack_word, _unpack_word
 
 __all__ = ["sort_consolidate", "merge", "seek", "seek_fenced", "fence", "concat_batches",
@@ -766,7 +766,7 @@ def _fence_seek(data, fence_rows_, start, keys, ki, kw, limit):
     return hi
 
 
-@njit(cache=True, nogil=True)
+@leaf
 def _lockstep_bisect(arr, queries, qrows, kw, a_, b_):
     """For every query ``i``, narrow ``(a_[i], b_[i]]`` (rows of the sorted ``arr``;
     ``arr[a] <`` key, ``arr[b] >=`` key, -1 and ``len(arr)`` standing for the ends)
@@ -788,12 +788,12 @@ def _lockstep_bisect(arr, queries, qrows, kw, a_, b_):
                     active = True
 
 
-@njit(cache=True, nogil=True)
-def _index_ranges(data, ix, queries, qrows, kw, lo, hi):
+@leaf
+def _index_ranges(data, ix, queries, qrows, kw, lo, hi, ends):
     """:func:`key_ranges` through the batch's key index: every query's bucket, then a
-    lock-step bisection inside the buckets that are not exactly the key's rows."""
+    lock-step bisection inside the buckets that are not exactly the key's rows.
+    ``ends``: scratch of ``len(qrows)``."""
     m = qrows.shape[0]
-    ends = np.empty(m, np.int64)
     inexact = False
     for i in range(m):
         a, b, exact = _index_bucket(ix, queries, qrows[i], kw)
@@ -833,42 +833,63 @@ def key_ranges(data, fnc, queries, qrows, kw, lo, hi):
     one block of FENCE_STEP rows, then all queries take their bisection steps together,
     so the cache misses of different queries overlap instead of queueing one after
     another. Queries dense in the batch are galloped in order.
+
+    This wrapper allocates the scratch; the per-key loops are leaf kernels (no
+    reference counting, see :func:`kernels.rows.leaf`).
     """
     n = data.shape[0]
     m = qrows.shape[0]
     nf = fence_rows(n, fnc)
     ix = key_index(n, fnc)
     if ix[4].shape[0] > 0 and m > 0:
-        _index_ranges(data, ix, queries, qrows, kw, lo, hi)
+        _index_ranges(data, ix, queries, qrows, kw, lo, hi, np.empty(m, np.int64))
         return
-    fnc = fnc[:nf]
     # Dense queries (a few blocks apart on average) are cheapest galloped in order:
     # consecutive probes stay in cache. Lock-step pays off for sparse ones.
     if nf == 0 or m < 2 or m * 4 * FENCE_STEP >= n:
-        pos = np.int64(0)
-        for i in range(m):
-            q = qrows[i]
-            if nf == 0:
-                a = _gallop(data, pos, queries, q, kw, 0)
-            elif pos >= n or _cmp_prefix(data, pos, queries, q, kw) >= 0:
-                a = pos
-            else:
-                a = _fence_seek(data, fnc, pos, queries, q, kw, 0)
-            b = a
-            while b < n and _cmp_prefix(data, b, queries, q, kw) == 0:
-                b += 1
-            lo[i] = a
-            hi[i] = b
-            pos = b
+        _dense_ranges(data, fnc, nf, queries, qrows, kw, lo, hi)
         return
+    _sparse_ranges(data, fnc, nf, queries, qrows, kw, lo, hi, np.empty(m, np.int64),
+                   np.empty(m, np.int64))
+
+
+@leaf
+def _dense_ranges(data, fnc, nf, queries, qrows, kw, lo, hi):
+    """:func:`key_ranges` for queries dense in the batch: galloped in order (through
+    the first ``nf`` rows of the fence ``fnc``, if any)."""
+    n = data.shape[0]
+    m = qrows.shape[0]
+    fr = fnc[:nf]     # a view: free in a leaf
+    pos = np.int64(0)
+    for i in range(m):
+        q = qrows[i]
+        if nf == 0:
+            a = _gallop(data, pos, queries, q, kw, 0)
+        elif pos >= n or _cmp_prefix(data, pos, queries, q, kw) >= 0:
+            a = pos
+        else:
+            a = _fence_seek(data, fr, pos, queries, q, kw, 0)
+        b = a
+        while b < n and _cmp_prefix(data, b, queries, q, kw) == 0:
+            b += 1
+        lo[i] = a
+        hi[i] = b
+        pos = b
+
+
+@leaf
+def _sparse_ranges(data, fnc, nf, queries, qrows, kw, lo, hi, a_, b_):
+    """:func:`key_ranges` for queries sparse in a fenced batch (``nf`` fence rows):
+    lock-step bisections. ``a_``, ``b_``: scratch of ``len(qrows)``."""
+    n = data.shape[0]
+    m = qrows.shape[0]
+    fr = fnc[:nf]
     # 1. The fence block of every query: rows (a, b] hold the first row >= the key.
-    a_ = np.empty(m, np.int64)
-    b_ = np.empty(m, np.int64)
     if 16 * m >= nf:
         # Queries a few fence rows apart: gallop through the fence (it is cached).
         jpos = np.int64(0)
         for i in range(m):
-            j = _gallop(fnc, jpos, queries, qrows[i], kw, 0)
+            j = _gallop(fr, jpos, queries, qrows[i], kw, 0)
             jpos = j
             a_[i] = j
     else:
@@ -877,7 +898,7 @@ def key_ranges(data, fnc, queries, qrows, kw, lo, hi):
         for i in range(m):
             a_[i] = -1
             b_[i] = nf
-        _lockstep_bisect(fnc, queries, qrows, kw, a_, b_)
+        _lockstep_bisect(fr, queries, qrows, kw, a_, b_)
         for i in range(m):
             a_[i] = b_[i]
     for i in range(m):

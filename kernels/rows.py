@@ -12,6 +12,21 @@ import numpy as np
 from numba import njit
 
 
+def leaf(fn):
+    """Compile a *leaf kernel*: ``@njit(cache=True, nogil=True)`` without reference
+    counting (Numba's ``_nrt=False``).
+
+    Numba updates an array's reference count (an atomic add, through a call) whenever
+    a function takes an array argument, an inlined helper binds one, or a view is
+    made; inside loops its pruning pass removes few of these, and at 1-10 updates per
+    key they were a third of a reachability run. A leaf kernel has none. The price:
+    a leaf must not allocate (no ``np.empty``: take scratch from the caller), must not
+    return or store an array, and may only call other leaves or inlined helpers. The
+    arrays it gets are owned (kept alive) by its caller for the whole call.
+    """
+    return njit(cache=True, nogil=True, _nrt=False)(fn)
+
+
 @njit(cache=True, nogil=True, inline="always")
 def row_cmp(a, i, b, j):
     """Compare row ``a[i]`` with row ``b[j]`` lexicographically: -1, 0 or 1."""

@@ -54,7 +54,7 @@ from .batch import (advance, concat_batches, fence, key_ranges, merge, seek, see
                     sort_consolidate)
 from .reduce import (_accumulate, _logic_count, _logic_extreme, _logic_sum,
                      _logic_top_k)
-from .rows import add_checked, mul_checked
+from .rows import add_checked, leaf, mul_checked
 
 __all__ = ["KIND", "LOGIC", "new_state", "run", "set_hooks", "spine_sizes",
            "BATCH_TYPE"]
@@ -622,9 +622,11 @@ def _grow1(buf, n, need):
     return out
 
 
-# _pairs' result codes when a diff overflows (the caller raises)
+# _pairs' result codes when a diff overflows (the caller raises), or when its scratch
+# is too small (the caller grows it and redoes the key)
 OV_SUM = -1
 OV_PRODUCT = -2
+NEED_GBUF = -3
 
 
 @njit(cache=True, nogil=True)
@@ -673,7 +675,29 @@ def _cross(L, R, kw, od, ot, of, o, lfence, rfence):
     ot = _grow2(ot, o, need)
     of = _grow1(of, o, need)
     gbuf = np.zeros((4, 64), np.int64)    # _pairs_groups' per-group state
-    for g in range(ng):
+    at = np.zeros(2, np.int64)            # where _pairs_keys stopped: group, count
+    g0 = np.int64(0)
+    while True:
+        r = _pairs_keys(ld, lt, lf, rd, rt, rf, starts, los, his, g0, ng, drive_left,
+                        kw, od, ot, of, o, gbuf, at)
+        if r >= 0:
+            return od, ot, of, r
+        if r != NEED_GBUF:
+            _raise_join_overflow(r)
+        # a key spans more iterations than gbuf has groups: grow it, redo that key
+        gbuf = np.zeros((4, 2 * gbuf.shape[1]), np.int64)
+        g0 = at[0]
+        o = at[1]
+
+
+@leaf
+def _pairs_keys(ld, lt, lf, rd, rt, rf, starts, los, his, g0, ng, drive_left, kw,
+                od, ot, of, o, gbuf, at):
+    """_pairs for the driving side's keys ``g0..ng-1`` (rows ``starts[g]:starts[g+1]``
+    of the driving side, ``los[g]:his[g]`` of the other), appended at ``o``. Returns
+    the new count, or a negative code with ``at = (key, count before it)``: OV_SUM /
+    OV_PRODUCT, or NEED_GBUF when ``gbuf`` is too small for the key (grow, resume)."""
+    for g in range(g0, ng):
         s = starts[g]
         e = starts[g + 1]
         lo = los[g]
@@ -683,11 +707,14 @@ def _cross(L, R, kw, od, ot, of, o, lfence, rfence):
                 l0, l1, r0, r1 = s, e, lo, hi
             else:
                 l0, l1, r0, r1 = lo, hi, s, e
-            o = _pairs(ld, lt, lf, l0, l1, rd, rt, rf, r0, r1, kw, od, ot, of, o,
+            r = _pairs(ld, lt, lf, l0, l1, rd, rt, rf, r0, r1, kw, od, ot, of, o,
                        r1 - r0 >= l1 - l0, gbuf)
-            if o < 0:
-                _raise_join_overflow(o)
-    return od, ot, of, o
+            if r < 0:
+                at[0] = g
+                at[1] = o
+                return r
+            o = r
+    return o
 
 
 @njit(cache=True, nogil=True)
@@ -697,7 +724,7 @@ def _raise_join_overflow(code):
     raise OverflowError("join: a sum of diffs overflows int64")
 
 
-@njit(cache=True, nogil=True)
+@leaf
 def _pairs(ld, lt, lf, l0, l1, rd, rt, rf, r0, r1, kw, od, ot, of, o, acc_right,
            gbuf):
     """The pairs of one key's updates ``L[l0:l1]`` x ``R[r0:r1]`` (buffers sized for
@@ -715,9 +742,10 @@ def _pairs(ld, lt, lf, l0, l1, rd, rt, rf, r0, r1, kw, od, ot, of, o, acc_right,
     updates at times ``<= a`` are summed into one output at ``a`` and the others are
     paired one by one (symmetrically without ``acc_right``).
 
-    ``gbuf`` is scratch of shape ``(4, m)`` (zero; _pairs_groups grows its own when
-    ``m`` is too small). Returns the new count, or OV_SUM / OV_PRODUCT (negative) when
-    a diff overflows int64: the caller raises (see _close_group on why not here)."""
+    ``gbuf`` is scratch of shape ``(4, m)`` (zero). Returns the new count, or OV_SUM /
+    OV_PRODUCT (negative) when a diff overflows int64: the caller raises (see
+    _close_group on why not here); NEED_GBUF when ``m`` is less than the iterations
+    the key spans."""
     lw = ld.shape[1]
     rw = rd.shape[1]
     if acc_right:
@@ -727,7 +755,7 @@ def _pairs(ld, lt, lf, l0, l1, rd, rt, rf, r0, r1, kw, od, ot, of, o, acc_right,
                      od, ot, of, o, gbuf)
 
 
-@njit(cache=True, nogil=True)
+@leaf
 def _pairs_xy(xd, xt, xf, x0, x1, yd, yt, yf, y0, y1, acc_right, lw, rw, kw, od, ot,
               of, o, gbuf):
     """_pairs with the accumulated side ``y`` (right when ``acc_right``)."""
@@ -819,7 +847,7 @@ def _pairs_1d(xd, xt, xf, xa, xb, yd, yt, yf, ya, yb, it, x_left, lw, rw, kw, od
     return o
 
 
-@njit(cache=True, nogil=True)
+@leaf
 def _pairs_groups(xd, xt, xf, xa, xb, yd, yt, yf, ya, yb, it, yhi, x_left, lw, rw, kw,
                   od, ot, of, o, gbuf):
     """Pairs of two rows' histories when every x update is at iteration ``it`` and some
@@ -828,8 +856,7 @@ def _pairs_groups(xd, xt, xf, xa, xb, yd, yt, yf, ya, yb, it, yhi, x_left, lw, r
     ``Y_g(t)`` per group and emits each group's product change (see _pairs)."""
     ng = yhi - it + 1
     if gbuf.shape[1] < ng:
-        return _pairs_groups(xd, xt, xf, xa, xb, yd, yt, yf, ya, yb, it, yhi, x_left,
-                             lw, rw, kw, od, ot, of, o, np.zeros((4, 2 * ng), np.int64))
+        return NEED_GBUF
     # per group in gbuf (zero on entry and on return except the last row): y sums,
     # last products, touched marks; the last row lists the groups touched at a time
     yacc = gbuf[0]
@@ -886,7 +913,7 @@ def _pairs_groups(xd, xt, xf, xa, xb, yd, yt, yf, ya, yb, it, yhi, x_left, lw, r
     return o
 
 
-@njit(cache=True, nogil=True)
+@leaf
 def _clear_groups(gbuf, ng):
     """Reset _pairs_groups' scratch to zero (its y sums, products and marks)."""
     for r in range(3):
@@ -894,7 +921,7 @@ def _clear_groups(gbuf, ng):
             gbuf[r, gi] = 0
 
 
-@njit(cache=True, nogil=True)
+@leaf
 def _pairs_acc(xd, xt, xf, xa, xb, yd, yt, yf, ya, yb, x_left, lw, rw, kw, od, ot, of,
                o):
     """Pairs of two rows' histories, each x update with the y updates at or below its
@@ -1001,17 +1028,16 @@ def _key_cmp(a, i, b, j, kw):
     return 0
 
 
-@njit(cache=True, nogil=True)
+@leaf
 def _sort_histories(vals, ts, fs, offs, nsrc, runs, tmp_v, tmp_t, tmp_f):
     """:func:`_sort_vt` of every key's entries ``[offs[k], offs[k + 1])`` gathered from
-    more than one batch (``nsrc[k] > 1``), in one call (a call per key would cost
-    reference-count updates of its nine array arguments)."""
+    more than one batch (``nsrc[k] > 1``), in one call."""
     for kk in range(offs.shape[0] - 1):
         if nsrc[kk] > 1:
             _sort_range(vals, ts, fs, offs[kk], offs[kk + 1], runs, tmp_v, tmp_t, tmp_f)
 
 
-@njit(cache=True, nogil=True)
+@leaf
 def _sort_vt(vals, ts, fs, lo, hi, runs, tmp_v, tmp_t, tmp_f):
     """Sort entries ``[lo, hi)`` by (val, t) in place, stably (see _sort_range)."""
     _sort_range(vals, ts, fs, lo, hi, runs, tmp_v, tmp_t, tmp_f)
@@ -1057,7 +1083,7 @@ def _sort_range(vals, ts, fs, lo, hi, runs, tmp_v, tmp_t, tmp_f):
             fs[lo + i] = tmp_f[i]
 
 
-@njit(cache=True, nogil=True)
+@leaf
 def _merge_runs_pass(sv, st_, sf, so, dv, dt, df, do, runs, nr, vw):
     """One pass of _sort_vt: merge runs ``2q`` and ``2q + 1`` (bounds ``runs``, relative
     to offsets ``so`` / ``do``) from ``s*`` into ``d*``; rewrites ``runs``, returns the

@@ -97,7 +97,7 @@ def _consolidated(d, t, f):
 @pytest.mark.parametrize("acc_right", [True, False])
 @pytest.mark.parametrize("seed", range(8))
 def test_join_pairs_equal_brute_force_after_consolidation(case, acc_right, seed):
-    from ddnumba.kernels.runtime import _pairs
+    from ddnumba.kernels.runtime import NEED_GBUF, _pairs
     rng = np.random.default_rng(seed)
     lw, rw, kw = 2, 3, 1
     nl, nr = int(rng.integers(1, 25)), int(rng.integers(1, 25))
@@ -110,8 +110,14 @@ def test_join_pairs_equal_brute_force_after_consolidation(case, acc_right, seed)
     ot = np.zeros((cap, 2), np.int64)
     of = np.zeros(cap, np.int64)
     gbuf = np.zeros((4, int(rng.choice([0, 1, 64]))), np.int64)   # grown when small
-    o = _pairs(ld, lt, lf, 0, nl, rd, rt, rf, 0, nr, kw, od, ot, of, 0, acc_right, gbuf)
-    assert not gbuf[:3].any()                 # scratch left zero for the next key
+    while True:
+        o = _pairs(ld, lt, lf, 0, nl, rd, rt, rf, 0, nr, kw, od, ot, of, 0, acc_right,
+                   gbuf)
+        assert not gbuf[:3].any()             # scratch left zero for the next key
+        if o != NEED_GBUF:
+            break
+        assert gbuf.shape[1] < 5              # only asked for when too small
+        gbuf = np.zeros((4, 2 * gbuf.shape[1] + 1), np.int64)
     assert o <= cap
     bd, bt, bf = [], [], []
     for i in range(nl):
@@ -120,6 +126,42 @@ def test_join_pairs_equal_brute_force_after_consolidation(case, acc_right, seed)
             bt.append([max(lt[i, 0], rt[j, 0]), max(lt[i, 1], rt[j, 1])])
             bf.append(lf[i] * rf[j])
     want = _consolidated(np.array(bd), np.array(bt), np.array(bf))
+    assert _consolidated(od[:o], ot[:o], of[:o]) == want
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_join_cross_grows_its_scratch_for_keys_spanning_many_iterations(seed):
+    """_cross redoes a key whose histories span more iterations than its pairing
+    scratch holds (64 to start): the result equals the brute-force join."""
+    from ddnumba.kernels.batch import fence
+    from ddnumba.kernels.runtime import _cross
+    rng = np.random.default_rng(seed)
+    kw = 1
+    sides = []
+    for w, n, it_hi in [(2, 60, 1), (2, 300, 200)]:
+        d = np.zeros((n, w), np.int64)
+        d[:, 0] = rng.integers(0, 4, n)
+        d[:, 1] = rng.integers(0, 3, n)
+        t = np.stack([rng.integers(0, 30, n), rng.integers(0, it_hi, n)], 1)
+        if it_hi == 1:
+            t[:, 1] = 0          # the left side at one iteration: _pairs_groups
+        f = rng.choice(np.array([-1, 1, 2]), n).astype(np.int64)
+        order = np.lexsort((t[:, 1], t[:, 0], d[:, 1], d[:, 0]))
+        sides.append((d[order].copy(), t[order].astype(np.int64).copy(), f[order].copy()))
+    L, R = sides
+    od = np.zeros((0, 3), np.int64)
+    ot = np.zeros((0, 2), np.int64)
+    of = np.zeros(0, np.int64)
+    od, ot, of, o = _cross(L, R, kw, od, ot, of, 0, fence(L[0]), fence(R[0]))
+    bd, bt, bf = [], [], []
+    for i in range(len(L[2])):
+        for j in range(len(R[2])):
+            if L[0][i, 0] == R[0][j, 0]:
+                bd.append(np.concatenate([L[0][i], R[0][j, kw:]]))
+                bt.append([max(L[1][i, 0], R[1][j, 0]), max(L[1][i, 1], R[1][j, 1])])
+                bf.append(L[2][i] * R[2][j])
+    want = _consolidated(np.array(bd), np.array(bt), np.array(bf))
+    assert max(k[2] for k in want) > 64       # some pair joins beyond the first scratch
     assert _consolidated(od[:o], ot[:o], of[:o]) == want
 
 
