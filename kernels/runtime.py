@@ -653,16 +653,7 @@ def _cross(L, R, kw, od, ot, of, o, lfence, rfence):
     # The driving side's distinct keys (first row of each), then all their ranges in
     # the other side at once.
     starts = np.empty(nd + 1, np.int64)
-    ng = np.int64(0)
-    s = np.int64(0)
-    while s < nd:
-        starts[ng] = s
-        ng += 1
-        e = s + 1
-        while e < nd and _same_key(dd, s, dd, e, kw):
-            e += 1
-        s = e
-    starts[ng] = nd
+    ng = _key_starts(dd, nd, kw, starts)
     los = np.empty(ng, np.int64)
     his = np.empty(ng, np.int64)
     key_ranges(other, ofence, dd, starts[:ng], kw, los, his)
@@ -688,6 +679,23 @@ def _cross(L, R, kw, od, ot, of, o, lfence, rfence):
         gbuf = np.zeros((4, 2 * gbuf.shape[1]), np.int64)
         g0 = at[0]
         o = at[1]
+
+
+@leaf
+def _key_starts(dd, nd, kw, starts):
+    """The first row of every distinct key of the sorted ``dd[:nd]`` into ``starts``,
+    then ``nd``; returns the number of keys."""
+    ng = np.int64(0)
+    s = np.int64(0)
+    while s < nd:
+        starts[ng] = s
+        ng += 1
+        e = s + 1
+        while e < nd and _same_key(dd, s, dd, e, kw):
+            e += 1
+        s = e
+    starts[ng] = nd
+    return ng
 
 
 @leaf
@@ -1539,24 +1547,81 @@ def _corrections_1d(due_offs, due_t, w_offs, w_vals, w_counts, o_offs, o_vals, o
     ``current`` accumulates the old output (sorted by (val, t)) at times ``<= t`` plus
     the corrections already emitted. Returns ``(key index, vals, t, diffs)`` sorted by
     (key, val, t).
+
+    The work is the leaf _corrections_keys; this wrapper owns its buffers and grows
+    them when it stops at a key that needs more room (the key is then redone).
     """
+    ow = o_vals.shape[1]
+    cap = np.int64(16)      # distinct output values of one key
+    ccap = np.int64(16)     # corrections of one key
+    rcap = np.int64(64)     # results
+    uv = np.empty((cap, ow), np.int64)
+    u_int = np.empty((7, cap + 1), np.int64)
+    c_int = np.empty((4, ccap), np.int64)
+    r_key = np.empty(rcap, np.int64)
+    r_vals = np.empty((rcap, ow), np.int64)
+    r_t = np.empty(rcap, np.int64)
+    r_f = np.empty(rcap, np.int64)
+    at = np.zeros(5, np.int64)
+    while True:
+        code = _corrections_keys(due_offs, due_t, w_offs, w_vals, w_counts, o_offs, o_vals,
+                                 o_t, o_f, uv, u_int, c_int, r_key, r_vals, r_t, r_f, at)
+        if code == CORR_OV_SUM:
+            raise OverflowError("reduce: a sum of output counts overflows int64")
+        if code == CORR_OV:
+            raise OverflowError("reduce: a correction overflows int64")
+        if code == 0:
+            break
+        if at[2] > cap:
+            cap = 2 * at[2]
+            uv = np.empty((cap, ow), np.int64)
+            u_int = np.empty((7, cap + 1), np.int64)
+        if at[3] > ccap:
+            ccap = 2 * at[3]
+            c_int = np.empty((4, ccap), np.int64)
+        if at[4] > rcap:
+            nres = at[1]
+            rcap = 2 * at[4]
+            r_key = _grow1(r_key, nres, rcap)
+            r_vals = _grow2(r_vals, nres, rcap)
+            r_t = _grow1(r_t, nres, rcap)
+            r_f = _grow1(r_f, nres, rcap)
+    nres = at[1]
+    return r_key[:nres], r_vals[:nres], r_t[:nres], r_f[:nres]
+
+
+# _corrections_keys' result codes
+CORR_MORE = 1      # stopped at key at[0] (results at[1]): grow the buffers to at[2:5]
+CORR_OV_SUM = 2    # a sum of output counts overflows
+CORR_OV = 3        # a correction overflows
+
+
+@leaf
+def _corrections_keys(due_offs, due_t, w_offs, w_vals, w_counts, o_offs, o_vals, o_t, o_f,
+                      uv, u_int, c_int, r_key, r_vals, r_t, r_f, at):
+    """_corrections_1d from key ``at[0]`` on, the results appended from ``at[1]``.
+    Scratch: ``uv`` (one key's distinct output values), ``u_int`` (7 per-value rows),
+    ``c_int`` (4 per-correction rows). Returns 0 when done (``at[1]``: the result count),
+    CORR_MORE with ``at[2:5]`` the sizes needed (values, corrections, results) to redo
+    key ``at[0]``, or an overflow code."""
     K = due_offs.shape[0] - 1
     ow = o_vals.shape[1]
-    r_key = np.empty(64, np.int64)
-    r_vals = np.empty((64, ow), np.int64)
-    r_t = np.empty(64, np.int64)
-    r_f = np.empty(64, np.int64)
-    nres = np.int64(0)
-    uv = np.empty((16, ow), np.int64)
-    ustart = np.empty(17, np.int64)
-    uptr = np.empty(16, np.int64)
-    ucur = np.empty(16, np.int64)
-    uwant = np.empty(16, np.int64)
-    cu = np.empty(16, np.int64)
-    ct = np.empty(16, np.int64)
-    cd = np.empty(16, np.int64)
-    cnt = np.empty(17, np.int64)
-    for kk in range(K):
+    cap = uv.shape[0]
+    ccap = c_int.shape[1]
+    rcap = r_key.shape[0]
+    ustart = u_int[0]
+    uptr = u_int[1]
+    ucur = u_int[2]
+    uwant = u_int[3]
+    cnt = u_int[4]
+    rank = u_int[5]
+    uorder = u_int[6]
+    cu = c_int[0]
+    ct = c_int[1]
+    cd = c_int[2]
+    order = c_int[3]
+    nres = at[1]
+    for kk in range(at[0], K):
         t0 = due_offs[kk]
         t1 = due_offs[kk + 1]
         if t0 == t1:
@@ -1566,14 +1631,9 @@ def _corrections_1d(due_offs, due_t, w_offs, w_vals, w_counts, o_offs, o_vals, o
         w0 = w_offs[t0]
         w1 = w_offs[t1]
         # Distinct output values of the key: old output runs and desired values.
-        cap = (a1 - a0) + (w1 - w0) + 1
-        if uv.shape[0] < cap:
-            uv = np.empty((2 * cap, ow), np.int64)
-            ustart = np.empty(2 * cap + 1, np.int64)
-            uptr = np.empty(2 * cap, np.int64)
-            ucur = np.empty(2 * cap, np.int64)
-            uwant = np.empty(2 * cap, np.int64)
-            cnt = np.empty(2 * cap + 1, np.int64)
+        need = (a1 - a0) + (w1 - w0) + 1
+        if need > cap:
+            return _corrections_more(at, kk, nres, need, 0, 0)
         nu = np.int64(0)
         r = a0
         while r < a1:
@@ -1613,7 +1673,7 @@ def _corrections_1d(due_offs, due_t, w_offs, w_vals, w_counts, o_offs, o_vals, o
                     while pp < e and o_t[pp, 0] <= tau:
                         acc, ov = add_checked(acc, o_f[pp])
                         if ov:
-                            raise OverflowError("reduce: a sum of output counts overflows int64")
+                            return CORR_OV_SUM
                         pp += 1
                     uptr[u] = pp
                     ucur[u] = acc
@@ -1625,12 +1685,10 @@ def _corrections_1d(due_offs, due_t, w_offs, w_vals, w_counts, o_offs, o_vals, o
             for u in range(nu):
                 diff = uwant[u] - ucur[u]
                 if ((uwant[u] ^ ucur[u]) & (uwant[u] ^ diff)) < 0:
-                    raise OverflowError("reduce: a correction overflows int64")
+                    return CORR_OV
                 if diff != 0:
-                    if ncor >= cu.shape[0]:
-                        cu = _grow1(cu, ncor, ncor + 1)
-                        ct = _grow1(ct, ncor, ncor + 1)
-                        cd = _grow1(cd, ncor, ncor + 1)
+                    if ncor >= ccap:
+                        return _corrections_more(at, kk, nres, 0, nu * (t1 - t0), 0)
                     cu[ncor] = u
                     ct[ncor] = tau
                     cd[ncor] = diff
@@ -1638,14 +1696,22 @@ def _corrections_1d(due_offs, due_t, w_offs, w_vals, w_counts, o_offs, o_vals, o
                     ucur[u] = uwant[u]
         if ncor == 0:
             continue
+        if nres + ncor > rcap:
+            return _corrections_more(at, kk, nres, 0, 0, nres + ncor)
         # Order by output value (stable: times stay ascending).
-        order = np.empty(ncor, np.int64)
         if nu == 1:
             for i in range(ncor):
                 order[i] = i
         else:
-            uorder = _sort_rows_idx(uv, nu)
-            rank = np.empty(nu, np.int64)
+            for i in range(nu):
+                uorder[i] = i
+            for i in range(1, nu):
+                x = uorder[i]
+                j = i
+                while j > 0 and _row_lt(uv, x, uorder[j - 1]):
+                    uorder[j] = uorder[j - 1]
+                    j -= 1
+                uorder[j] = x
             for i in range(nu):
                 rank[uorder[i]] = i
             for u in range(nu + 1):
@@ -1658,11 +1724,6 @@ def _corrections_1d(due_offs, due_t, w_offs, w_vals, w_counts, o_offs, o_vals, o
                 rr = rank[cu[i]]
                 order[cnt[rr]] = i
                 cnt[rr] += 1
-        need = nres + ncor
-        r_key = _grow1(r_key, nres, need)
-        r_vals = _grow2(r_vals, nres, need)
-        r_t = _grow1(r_t, nres, need)
-        r_f = _grow1(r_f, nres, need)
         for i in range(ncor):
             c = order[i]
             r_key[nres] = kk
@@ -1671,7 +1732,18 @@ def _corrections_1d(due_offs, due_t, w_offs, w_vals, w_counts, o_offs, o_vals, o
             r_t[nres] = ct[c]
             r_f[nres] = cd[c]
             nres += 1
-    return r_key[:nres], r_vals[:nres], r_t[:nres], r_f[:nres]
+    at[1] = nres
+    return 0
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _corrections_more(at, kk, nres, need_u, need_c, need_r):
+    at[0] = kk
+    at[1] = nres
+    at[2] = need_u
+    at[3] = need_c
+    at[4] = need_r
+    return CORR_MORE
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -1680,19 +1752,6 @@ def _row_same(a, i, b, j):
         if a[i, x] != b[j, x]:
             return False
     return True
-
-
-@njit(cache=True, nogil=True)
-def _sort_rows_idx(rows, n):
-    idx = np.arange(n)
-    for i in range(1, n):
-        x = idx[i]
-        j = i
-        while j > 0 and _row_lt(rows, x, idx[j - 1]):
-            idx[j] = idx[j - 1]
-            j -= 1
-        idx[j] = x
-    return idx
 
 
 @njit(cache=True, nogil=True, inline="always")

@@ -165,6 +165,91 @@ def test_join_cross_grows_its_scratch_for_keys_spanning_many_iterations(seed):
     assert _consolidated(od[:o], ot[:o], of[:o]) == want
 
 
+def _corrections_case(rng, K, max_vals, max_times):
+    """Random input for _corrections_1d: per key, due times, desired (val, count) rows
+    per due time, and an old output history sorted by (val, t)."""
+    ow = 2
+    due_offs, due_t, w_offs, w_vals, w_counts = [0], [], [0], [], []
+    o_offs, o_vals, o_t, o_f = [0], [], [], []
+    for _ in range(K):
+        nv = int(rng.integers(1, max_vals + 1))
+        vals = rng.integers(0, 8, (nv, ow))
+        times = np.unique(rng.integers(0, 3 * max_times, int(rng.integers(0, max_times + 1))))
+        for t in times:
+            due_t.append(int(t))
+            pick = np.unique(vals[rng.random(nv) < 0.5], axis=0)   # sorted, distinct
+            for v in pick:
+                w_vals.append(v)
+                w_counts.append(int(rng.integers(1, 3)))
+            w_offs.append(len(w_counts))
+        due_offs.append(len(due_t))
+        n_old = int(rng.integers(0, 2 * max_vals))
+        old = [(tuple(vals[rng.integers(0, nv)]), int(rng.integers(0, 3 * max_times)),
+                int(rng.choice([-1, 1, 2]))) for _ in range(n_old)]
+        old.sort(key=lambda e: (e[0], e[1]))
+        for v, t, f in old:
+            o_vals.append(v)
+            o_t.append(t)
+            o_f.append(f)
+        o_offs.append(len(o_f))
+    a = lambda x: np.array(x, np.int64)
+    return (a(due_offs), a(due_t).reshape(-1, 1), a(w_offs),
+            a(w_vals).reshape(-1, ow), a(w_counts), a(o_offs), a(o_vals).reshape(-1, ow),
+            a(o_t).reshape(-1, 1), a(o_f))
+
+
+@pytest.mark.parametrize("shape", [(30, 3, 4), (6, 40, 25), (120, 5, 3)])
+@pytest.mark.parametrize("seed", range(3))
+def test_corrections_1d_equal_brute_force(shape, seed):
+    """Desired minus current per key, due time and value, against a dictionary
+    replay; the shapes need more than the kernel's first buffers (16 values, 16
+    corrections a key, 64 results), so it stops, grows them and redoes a key."""
+    from ddnumba.kernels.runtime import _corrections_1d
+    rng = np.random.default_rng(seed)
+    (due_offs, due_t, w_offs, w_vals, w_counts, o_offs, o_vals, o_t,
+     o_f) = _corrections_case(rng, *shape)
+    ck, cv, ct, cf = _corrections_1d(due_offs, due_t, w_offs, w_vals, w_counts, o_offs,
+                                     o_vals, o_t, o_f)
+    want = []
+    for kk in range(len(due_offs) - 1):
+        emitted = {}
+        rows = []
+        for ti in range(due_offs[kk], due_offs[kk + 1]):
+            tau = int(due_t[ti, 0])
+            cur = dict(emitted)
+            for r in range(o_offs[kk], o_offs[kk + 1]):
+                if o_t[r, 0] <= tau:
+                    v = tuple(o_vals[r].tolist())
+                    cur[v] = cur.get(v, 0) + int(o_f[r])
+            des = {}
+            for wi in range(w_offs[ti], w_offs[ti + 1]):
+                v = tuple(w_vals[wi].tolist())
+                des[v] = des.get(v, 0) + int(w_counts[wi])
+            for v in set(cur) | set(des):
+                d = des.get(v, 0) - cur.get(v, 0)
+                if d:
+                    rows.append((kk, v, tau, d))
+                    emitted[v] = emitted.get(v, 0) + d
+        want += sorted(rows, key=lambda e: (e[1], e[2]))
+    got = [(int(ck[i]), tuple(cv[i].tolist()), int(ct[i]), int(cf[i])) for i in range(len(cf))]
+    assert got == want
+    if shape[0] > 64:
+        assert len(want) > 64
+
+
+def test_corrections_1d_reports_overflow():
+    from ddnumba.kernels.runtime import _corrections_1d
+    a = lambda x, *sh: np.array(x, np.int64).reshape(*sh) if sh else np.array(x, np.int64)
+    # old output sums past int64 at the due time
+    with pytest.raises(OverflowError, match="sum of output counts"):
+        _corrections_1d(a([0, 1]), a([5], 1, 1), a([0, 0]), a([], 0, 1), a([]), a([0, 2]),
+                        a([[1], [1]]), a([[0], [1]]), a([2 ** 62, 2 ** 62]))
+    # desired minus current overflows
+    with pytest.raises(OverflowError, match="correction overflows"):
+        _corrections_1d(a([0, 1]), a([5], 1, 1), a([0, 1]), a([[1]]), a([2 ** 62]), a([0, 1]),
+                        a([[1]]), a([[0]]), a([-(2 ** 62)]))
+
+
 @pytest.mark.parametrize("case", ["left_single", "right_single", "both_single", "neither"])
 @pytest.mark.parametrize("acc_right", [True, False])
 def test_join_pairs_report_overflow(case, acc_right):
