@@ -166,8 +166,16 @@ def _layout(data, times):
 
 @njit(cache=True, nogil=True)
 def _insertion_perm(data, times):
+    idx = np.empty(data.shape[0], np.int64)
+    _insertion_sort_idx(data, times, idx)
+    return idx
+
+
+@leaf
+def _insertion_sort_idx(data, times, idx):
+    """The sorting permutation of the updates ``(data, times)`` into ``idx``
+    (insertion sort, for small batches)."""
     n = data.shape[0]
-    idx = np.empty(n, np.int64)
     for i in range(n):
         idx[i] = i
     for i in range(1, n):
@@ -177,7 +185,6 @@ def _insertion_perm(data, times):
             idx[j] = idx[j - 1]
             j -= 1
         idx[j] = x
-    return idx
 
 
 @njit(cache=True, nogil=True)
@@ -188,6 +195,18 @@ def _sum_perm(data, times, diffs, perm):
     od = np.empty((n, w), np.int64)
     ot = np.empty((n, 2), np.int64)
     of = np.empty(n, np.int64)
+    k = _sum_perm_into(data, times, diffs, perm, od, ot, of)
+    if k < 0:
+        raise OverflowError("consolidate: a sum of diffs overflows int64")
+    return _trim(od, ot, of, k)
+
+
+@leaf
+def _sum_perm_into(data, times, diffs, perm, od, ot, of):
+    """_sum_perm's loop: the consolidated updates into ``(od, ot, of)``; returns their
+    count, or -1 when a sum overflows int64."""
+    n = perm.shape[0]
+    w = data.shape[1]
     k = np.int64(0)
     r = np.int64(0)
     while r < n:
@@ -202,7 +221,7 @@ def _sum_perm(data, times, diffs, perm):
                 carry += 1 if x > 0 else -1
             r += 1
         if carry != 0:
-            raise OverflowError("consolidate: a sum of diffs overflows int64")
+            return np.int64(-1)
         if s != 0:
             for c in range(w):
                 od[k, c] = data[first, c]
@@ -210,7 +229,7 @@ def _sum_perm(data, times, diffs, perm):
             ot[k, 1] = times[first, 1]
             of[k] = s
             k += 1
-    return _trim(od, ot, of, k)
+    return k
 
 
 @njit(cache=True, nogil=True)
