@@ -20,9 +20,12 @@ def leaf(fn):
     a function takes an array argument, an inlined helper binds one, or a view is
     made; inside loops its pruning pass removes few of these, and at 1-10 updates per
     key they were a third of a reachability run. A leaf kernel has none. The price:
-    a leaf must not allocate (no ``np.empty``: take scratch from the caller), must not
-    return or store an array, and may only call other leaves or inlined helpers. The
-    arrays it gets are owned (kept alive) by its caller for the whole call.
+    a leaf cannot allocate (Numba rejects ``np.empty`` there: take scratch from the
+    caller) nor return an array other than an argument (also rejected), and must not
+    return an argument array either (the caller would drop a reference it does not
+    hold); it calls only other leaves or inlined helpers (an array returned to it by
+    a regular kernel would never be released). The arrays it gets are kept alive by its
+    caller for the whole call.
     """
     return njit(cache=True, nogil=True, _nrt=False)(fn)
 
