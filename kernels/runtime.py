@@ -305,11 +305,14 @@ def _due(t, i, p, q, k):
 # Spine shape: a new batch is merged into the previous one while it is at least
 # 1/MERGE_RATIO of its size, so sizes fall by MERGE_RATIO or more from batch to batch.
 # Every reader looks a key up in every batch, and in large batches each lookup costs
-# cache misses, so fewer batches pay for more merging: ratio 4 merges ~1.2x as much as
-# ratio 2 and leaves ~25% fewer batches (simulated: 22 vs 18 merges per update, 5.3 vs
-# 7 batches). When a loop settles or a root pass ends, the tail of small batches is
-# folded with SETTLE_RATIO, which also compacts it to the new frontier.
-MERGE_RATIO = 4
+# cache misses, so fewer batches pay for more merging. Ratio 1 (merge while the new
+# batch is at least as large: a binary counter over a run's rounds) was measured
+# against 4 once the per-key loops had no reference counting: N=1,000 B=1000 runs
+# 64 / 68 vs 75 / 74 ms, N=1e6 B=1000 p50 301 / 294 vs 314 / 314 ms, B=1 within
+# 2-6% (slower), B=10000 +12%. (Before that change, ratio 2 vs 4 made no difference.)
+# When a loop settles or a root pass ends, the tail of small batches is folded with
+# SETTLE_RATIO, which also compacts it to the new frontier.
+MERGE_RATIO = 1
 SETTLE_RATIO = 8
 INFO_SPINES = 8     # per-spine slots of info start here (see new_state)
 

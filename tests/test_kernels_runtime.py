@@ -367,7 +367,8 @@ def test_spine_insert_records_the_run_for_settle():
     input); settling resets both."""
     from numba.typed import List
 
-    from ddnumba.kernels.runtime import INFO_SPINES, SBATCH_TYPE, _settle, _spine_insert
+    from ddnumba.kernels.runtime import (INFO_SPINES, MERGE_RATIO, SBATCH_TYPE, _settle,
+                                         _spine_insert)
 
     rng = np.random.default_rng(3)
     sp, raw = _spine_list(rng, [3000, 300], 2, 1000, 12)
@@ -382,8 +383,12 @@ def test_spine_insert_records_the_run_for_settle():
         raw.append(b)
         added += b[2].shape[0]
         _spine_insert(sp, b, np.int64(0), info, 1)
-    # 30 is appended (index 2), 20 merges into it, 200 into that and the 300 (index 1)
-    assert int(info[x]) == 1 and int(info[x + 1]) == added
+    # (MERGE_RATIO 1) 30 is appended (index 2), 20 too (index 3), 200 merges with the
+    # 20 and then the 30, not the 300: the first batch written stays index 2
+    assert MERGE_RATIO == 1
+    assert [b[2].shape[0] for b in sp][:2] == [raw[0][2].shape[0], raw[1][2].shape[0]]
+    assert len(sp) == 3
+    assert int(info[x]) == 2 and int(info[x + 1]) == added
     assert int(info[INFO_SPINES]) == -1                     # spine 0 untouched
     assert _accumulated([(b[0], b[1], b[2]) for b in sp], 0) == _accumulated(raw, 0)
     # settle of spine 1 in a state tuple: only fields 1 (spines), 3 (since), 9 (info)
