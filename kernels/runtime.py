@@ -754,9 +754,9 @@ def _pairs(ld, lt, lf, l0, l1, rd, rt, rf, r0, r1, kw, od, ot, of, o, acc_right,
     paired one by one (symmetrically without ``acc_right``).
 
     ``gbuf`` is scratch of shape ``(4, m)`` (zero). Returns the new count, or OV_SUM /
-    OV_PRODUCT (negative) when a diff overflows int64: the caller raises (see
-    _close_group on why not here); NEED_GBUF when ``m`` is less than the iterations
-    the key spans."""
+    OV_PRODUCT (negative) when a diff overflows int64, or NEED_GBUF when ``m`` is less
+    than the iterations the key spans: a leaf kernel, it leaves raising and allocating
+    to _cross."""
     lw = ld.shape[1]
     rw = rd.shape[1]
     if acc_right:
