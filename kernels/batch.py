@@ -379,18 +379,31 @@ def _close_group(ot, of, start, k, advanced):
 @njit(cache=True, nogil=True)
 def _copy_times(st, sf, r, end, since, ot, of, k):
     """Copy updates ``[r, end)`` of one data row (times advanced to ``since``) to
-    ``ot``/``of`` from ``k``. Returns the new end and whether a time was advanced."""
-    advanced = False
+    ``ot``/``of`` from ``k``. Returns the new end and whether the copied times may be
+    out of order or repeated (then :func:`_close_group` must run).
+
+    The rows' times are sorted and distinct, and the advanced ones come first. They
+    stay so when every advanced time had the same outer time (it moves, their
+    iterations keep their order) and no time left in place has outer time ``since``:
+    the common case of a trace compacted at its last merge and advanced again."""
+    need = False
+    nadv = np.int64(0)
+    a0 = np.int64(0)
     for x in range(r, end):
         t0 = st[x, 0]
         if t0 < since:
+            if nadv > 0 and t0 != a0:
+                need = True
+            a0 = t0
+            nadv += 1
             t0 = since
-            advanced = True
+        elif nadv > 0 and t0 == since:
+            need = True
         ot[k, 0] = t0
         ot[k, 1] = st[x, 1]
         of[k] = sf[x]
         k += 1
-    return k, advanced
+    return k, need
 
 
 @njit(cache=True, nogil=True)
@@ -451,11 +464,15 @@ def merge(a, b, since):
                 j += 1
             # Times of the group: merged by time from both sources (each sorted), then
             # advanced; equal times of the two inputs are summed (zeros dropped) in
-            # _close_group, which is needed only when a time was advanced or two
-            # equal times met (otherwise the merged times are sorted and distinct).
+            # _close_group, which is needed only when advancing may have reordered or
+            # collided times (see _copy_times) or two equal times met (otherwise the
+            # merged times are sorted and distinct).
             x = r
             y = rb
             advanced = False
+            nadv = np.int64(0)
+            a0 = np.int64(0)
+            a1 = np.int64(0)
             while x < i or y < j:
                 take_a = y >= j or (x < i and (at[x, 0] < bt[y, 0] or (
                     at[x, 0] == bt[y, 0] and at[x, 1] <= bt[y, 1])))
@@ -470,7 +487,15 @@ def merge(a, b, since):
                     dv = bf[y]
                     y += 1
                 if t0 < since:
+                    # in merged order: advanced times with another outer time, or the
+                    # same time twice, collide or reorder once advanced
+                    if nadv > 0 and (t0 != a0 or t1 == a1):
+                        advanced = True
+                    a0 = t0
+                    a1 = t1
+                    nadv += 1
                     t0 = since
+                elif nadv > 0 and t0 == since:
                     advanced = True
                 elif k > start and ot[k - 1, 0] == t0 and ot[k - 1, 1] == t1:
                     advanced = True

@@ -328,3 +328,31 @@ def test_key_ranges_matches_bisect(n, nq, kw, layout):
     if kw == 1:     # queries are distinct keys
         q[:, 1] = 0
     check_ranges(data, fnc, np.unique(q, axis=0), kw)
+
+
+@pytest.mark.parametrize("since", [2, 3, 5, 6])
+def test_merge_advancing_one_outer_time_keeps_order_or_closes(since):
+    """``merge`` skips re-sorting a data row's times when all its advanced times had
+    one outer time; the cases where it may not skip: advanced times of two outer
+    times, the same time in both inputs, a time left in place at ``since`` itself."""
+    def mk(rows):
+        d = np.array([[r[0]] for r in rows], np.int64)
+        t = np.array([[r[1], r[2]] for r in rows], np.int64)
+        f = np.array([r[3] for r in rows], np.int64)
+        return kb.sort_consolidate(d, t, f)
+    a = mk([(0, 2, 1, 1), (0, 2, 4, -1), (0, 2, 7, 2),       # one outer time
+            (1, 2, 3, 1), (1, 4, 1, 1), (1, 6, 0, 1),         # two advanced outer times
+            (2, 2, 5, 1), (2, 5, 2, 1), (2, 5, 9, -1),        # in place at 5
+            (3, 1, 1, 1), (3, 1, 8, 1)])
+    b = mk([(0, 2, 4, 1), (0, 2, 5, 1),                       # same time as a: cancels
+            (1, 2, 3, -1), (1, 3, 0, 1),
+            (2, 2, 2, -1), (2, 6, 1, 1),
+            (3, 1, 8, 1), (3, 2, 0, -1)])
+    cat = [np.concatenate([x, y]) for x, y in zip(a, b)]
+    got = kb.merge(a, b, since)
+    assert_batch(got, ref_consolidate(*cat, since=since))
+    assert kb.is_consolidated(*got)
+    for x in (a, b):
+        alone = kb.merge(x, kb.empty_batch(1), since)
+        assert_batch(alone, ref_consolidate(*x, since=since))
+        assert kb.is_consolidated(*alone)
