@@ -15,7 +15,15 @@ graph); :func:`run_reach` is one load and one segment. ``engine`` selects the
 :class:`~ddnumba.Dataflow` engine (``None``: the Dataflow default, ``"auto"`` unless
 ``DDNUMBA_ENGINE`` says otherwise); the figures name the engine that actually ran.
 The ``merged_per_change`` column counts rows read by trace (spine) merges per change:
-maintenance work that, unlike the timings, does not vary with the machine's load.
+maintenance work that, unlike the timings, does not vary with the machine's load;
+``updates_per_change`` counts the updates all operators received per change (native
+engine), so ``ns_per_update`` (median run time over those updates) is the engine's
+cost per unit of work whatever the workload's size.
+
+``--resolution batch`` gives the ``B`` changes of a run one common time instead of a
+time each: the same graph changes at the resolution of whole batches. Comparing the
+two shows what per-change times cost (their outputs are required: the reachable sets
+after every single change).
 
 ``python -m ddnumba.bench profile --nodes N --batch B`` runs the same workload under
 Linux ``perf`` and prints where the time goes by kernel (see :mod:`ddnumba.profiling`);
@@ -32,7 +40,8 @@ import numpy as np
 
 import ddnumba as dd
 
-__all__ = ["workload", "build_reach", "state_records", "spine_work", "profile_reach", "ReachSession", "run_reach",
+__all__ = ["workload", "build_reach", "state_records", "spine_work", "operator_updates",
+           "profile_reach", "ReachSession", "run_reach",
            "run_reach_sweep", "main"]
 
 SEED = 20240601
@@ -77,6 +86,13 @@ def _all_nodes(df):
         yield node
         if isinstance(node, LoopNode):
             stack.extend(node.child.nodes)
+
+
+def operator_updates(df):
+    """Updates received by all operators so far (native engine; None otherwise)."""
+    if df._native:
+        return sum(row[2] for row in df._native.node_stats())
+    return None
 
 
 def spine_work(df):
@@ -159,15 +175,19 @@ class ReachSession:
         self.records_after_load = state_records(self.df)
         return self.load_s
 
-    def feed(self, batch, changes, *, progress=False, checkpoints=()):
+    def feed(self, batch, changes, *, progress=False, checkpoints=(), resolution="record"):
         """Feed the next ``changes`` window changes, ``batch`` per ``run()``, each at
-        its own time (``changes`` is rounded down to whole batches).
+        its own time (``resolution="batch"``: the changes of a run at one time;
+        ``changes`` is rounded down to whole batches).
 
         Returns figures of this segment: ``latencies`` (s per run), percentiles,
         ``changes_per_s`` (batch / median latency), ``records_end``, and ``marks``:
         ``{changes done: (latencies of the last <= 1000 runs, state records)}`` at each
         of ``checkpoints`` (counted within this segment).
         """
+        if resolution not in ("record", "batch"):
+            raise ValueError(f"ReachSession.feed: resolution must be 'record' or 'batch', "
+                             f"not {resolution!r}")
         steps = changes // batch
         if self.pos + steps * batch > self.capacity:
             raise ValueError(f"ReachSession.feed: {steps * batch} more changes exceed the "
@@ -181,6 +201,8 @@ class ReachSession:
         base = self.pos
         ones = np.ones(batch, np.int64)
         work0 = spine_work(df)
+        upd0 = operator_updates(df)
+        same = resolution == "batch"
         steps_it = range(steps)
         if progress:
             try:
@@ -191,7 +213,7 @@ class ReachSession:
                 pass
         for s in steps_it:
             j = np.arange(base + s * batch, base + (s + 1) * batch)
-            times = t + np.arange(batch)
+            times = np.full(batch, t) if same else t + np.arange(batch)
             a = time.perf_counter()
             edges_in.update(np.concatenate([all_src[j], all_src[m + j]]),
                             np.concatenate([all_dst[j], all_dst[m + j]]),
@@ -210,6 +232,7 @@ class ReachSession:
         lat = np.array(lat)
         out = {"n": self.n, "batch": batch, "workers": self.workers,
                "requested": self.requested, "engine": self.engine,
+               "resolution": resolution,
                "changes": steps * batch, "load_s": self.load_s,
                "records_after_load": self.records_after_load,
                "records_end": state_records(df)}
@@ -218,6 +241,11 @@ class ReachSession:
         out["merged_per_change"] = (None if work0 is None or not steps else
                                     (work1[1] - work0[1]) / (steps * batch))
         out.update(_latency_figures(lat, batch))
+        upd1 = operator_updates(df)
+        out["updates_per_change"] = (None if upd0 is None or not steps else
+                                     (upd1 - upd0) / (steps * batch))
+        out["ns_per_update"] = (None if not out["updates_per_change"] else
+                                out["p50_ms"] * 1e6 / (batch * out["updates_per_change"]))
         out["latencies"] = lat
         out["marks"] = marks
         return out
@@ -247,13 +275,14 @@ class ReachSession:
 
 
 def run_reach(n, batch, changes, *, recompute=True, progress=False, checkpoints=(),
-              workers=1, engine=None):
+              workers=1, engine=None, resolution="record"):
     """Run the workload (one load, ``changes`` changes ``batch`` per run); returns a
     dict of figures (see module docstring and :meth:`ReachSession.feed`)."""
     session = ReachSession(n, changes, workers=workers, engine=engine)
     try:
         session.load()
-        out = session.feed(batch, changes, progress=progress, checkpoints=checkpoints)
+        out = session.feed(batch, changes, progress=progress, checkpoints=checkpoints,
+                           resolution=resolution)
         if recompute:
             out["recompute_ms"], out["check"] = session.recompute()
     finally:
@@ -323,9 +352,10 @@ def profile_reach(n, batch, changes, *, out="reach.perf.data", top=25, engine=No
 
 
 def _table(rows):
-    cols = ["n", "batch", "workers", "engine", "changes", "load_s", "changes_per_s",
+    cols = ["n", "batch", "resolution", "workers", "engine", "changes", "load_s", "changes_per_s",
             "p50_ms", "p99_ms", "max_ms", "recompute_ms", "ratio", "records_after_load",
-            "records_end", "merged_per_change", "check"]
+            "records_end", "merged_per_change", "updates_per_change", "ns_per_update",
+            "check"]
     print(" ".join(f"{c:>14}" for c in cols))
     for r in rows:
         r = dict(r)
@@ -419,6 +449,9 @@ def main(argv=None):
                         "DDNUMBA_ENGINE is set); several values are compared in one "
                         "process, the first is the reference of the ratio lines")
     r.add_argument("--no-recompute", action="store_true")
+    r.add_argument("--resolution", choices=("record", "batch"), default="record",
+                   help="record (default): every change at its own time; batch: the "
+                        "changes of a run at one time (what per-change times cost)")
     r.add_argument("--plot", default=None, help="write a latency CDF PNG here")
     pr = sub.add_parser("profile", help="where the time goes: the workload under perf")
     pr.add_argument("--nodes", type=int, default=1000)
@@ -475,7 +508,8 @@ def main(argv=None):
                               f"engine runs one worker)")
                         continue
                     rows.append(run_reach(n, b, changes, recompute=not args.no_recompute,
-                                          progress=True, workers=w, engine=e))
+                                          progress=True, workers=w, engine=e,
+                                          resolution=args.resolution))
     _table(rows)
     _ratio_lines(rows, [e or "default" for e in engines], args.workers)
     if args.plot:
