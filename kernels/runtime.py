@@ -1198,7 +1198,7 @@ def _move_left(vals, ts, fs, src, dst, n):
 
 
 @njit(cache=True, nogil=True)
-def _reduce_gather(new, spine, out_spine, pend, kw, vw, ow, k, p, share):
+def _reduce_gather(new, spine, out_spine, pend, kw, vw, ow, k, p, share, fold):
     """Phase 1 of a reduce round: keys, their due outer times, histories, pending.
 
     Returns ``(keys, due_offs, due_t, h_offs, h_vals, h_t, h_f, o_offs, o_vals, o_t,
@@ -1216,6 +1216,11 @@ def _reduce_gather(new, spine, out_spine, pend, kw, vw, ow, k, p, share):
     ``share`` columns); with ``share == -1`` (input and output rows of equal width) the
     rows are unchanged and an output update at iteration ``i`` is stored at ``-1 - i``
     (iterations are never negative otherwise).
+
+    ``fold`` (``distinct`` of whole rows, ``vw == ow == 0``): a key's rows at times
+    ``<= m`` (its least due time) are summed into one entry at ``m`` instead of being
+    copied, sorted and walked one by one: the walk starts at ``m`` and only needs
+    their sum there (the rest of the history is unchanged).
     """
     voff = kw + 1 if share > 0 else kw
     nd, nt, nf = new
@@ -1287,6 +1292,10 @@ def _reduce_gather(new, spine, out_spine, pend, kw, vw, ow, k, p, share):
     for sidx in range(nsrc):
         for kk in range(nk):
             raw[kk + 1] += hi[sidx, kk] - lo[sidx, kk]
+    if fold:
+        # one entry per key and side is kept for the sum of the folded rows
+        for kk in range(nk):
+            raw[kk + 1] += 1
     for kk in range(nk):
         raw[kk + 1] += raw[kk]
     nraw = raw[nk]
@@ -1301,6 +1310,12 @@ def _reduce_gather(new, spine, out_spine, pend, kw, vw, ow, k, p, share):
     hcur = raw[:nk].copy()
     ocur = raw[:nk].copy()
     ccur = raw[:nk].copy()
+    if fold:
+        for kk in range(nk):
+            hcur[kk] += 1
+            ocur[kk] += 1
+    fold_h = np.zeros(nk if fold else 0, np.int64)
+    fold_o = np.zeros(nk if fold else 0, np.int64)
     nsrc_h = np.zeros(nk, np.int64)
     nsrc_o = np.zeros(nk, np.int64)
     for sidx in range(nsrc):
@@ -1326,7 +1341,14 @@ def _reduce_gather(new, spine, out_spine, pend, kw, vw, ow, k, p, share):
                 elif share < 0 and it < 0:
                     out = True
                     it = -1 - it
-                if it <= k:
+                if it <= k and fold and bt[r, 0] <= kmin[kk]:
+                    if out:
+                        fold_o[kk], ov = add_checked(fold_o[kk], bf[r])
+                    else:
+                        fold_h[kk], ov = add_checked(fold_h[kk], bf[r])
+                    if ov:
+                        raise OverflowError("distinct: a count overflows int64")
+                elif it <= k:
                     if out:
                         q = ocur[kk]
                         for x in range(ow):
@@ -1356,11 +1378,26 @@ def _reduce_gather(new, spine, out_spine, pend, kw, vw, ow, k, p, share):
     c_offs = np.zeros(nk + 1, np.int64)
     for kk in range(nk):
         s0 = raw[kk]
-        h_offs[kk + 1] = h_offs[kk] + (hcur[kk] - s0)
-        o_offs[kk + 1] = o_offs[kk] + (ocur[kk] - s0)
         c_offs[kk + 1] = c_offs[kk] + (ccur[kk] - s0)
-        _move_left(h_vals, h_t, h_f, s0, h_offs[kk], hcur[kk] - s0)
-        _move_left(o_vals, o_t, o_f, s0, o_offs[kk], ocur[kk] - s0)
+        sh = s0
+        so = s0
+        if fold:
+            # the folded sums, if not zero, go to the entry kept at the slot's front
+            # (time m: before every copied entry, all later than m)
+            sh += 1
+            so += 1
+            if fold_h[kk] != 0:
+                sh = s0
+                h_t[s0] = kmin[kk]
+                h_f[s0] = fold_h[kk]
+            if fold_o[kk] != 0:
+                so = s0
+                o_t[s0] = kmin[kk]
+                o_f[s0] = fold_o[kk]
+        h_offs[kk + 1] = h_offs[kk] + (hcur[kk] - sh)
+        o_offs[kk + 1] = o_offs[kk] + (ocur[kk] - so)
+        _move_left(h_vals, h_t, h_f, sh, h_offs[kk], hcur[kk] - sh)
+        _move_left(o_vals, o_t, o_f, so, o_offs[kk], ocur[kk] - so)
         d = c_offs[kk]
         if d != s0:
             for q in range(ccur[kk] - s0):
@@ -2018,9 +2055,10 @@ def _step_reduce(prog, st, n, p, k):
         return
     share = prm[n, 9]
     out_spine = st[1][s_out] if share == 0 else _EMPTY_SPINE()
+    fold = logic == L_DISTINCT and vw == 0 and ow == 0
     (keys, due_offs, due_t, h_offs, h_vals, h_t, h_f, o_offs, o_vals, o_t, o_f,
      new_pend) = _reduce_gather(new, st[1][s_in], out_spine, pend, kw, vw, ow, k, p,
-                                share)
+                                share, fold)
     st[5][pid] = new_pend
     if due_t.shape[0] == 0:
         return

@@ -1370,6 +1370,12 @@ def _overflow_case(name):
                              lambda k, v, w: (k, w)).concat(c).distinct(),
                              max_iterations=GUARD),
                          [lambda i: i.update([1], [2], time=0, diff=2 ** 40)]),
+        # A loop's distinct whose history sums past int64 across two runs (its rows
+        # at times up to the due time are summed before the walk).
+        "distinct_in_loop_two_runs": (
+            lambda c: c.iterate(lambda x: x.distinct(), max_iterations=GUARD),
+            [lambda i: i.update([1], [2], time=0, diff=big),
+             lambda i: i.update([1], [2], time=1, diff=big)]),
         "distinct": (lambda c: c.distinct(),
                      [lambda i: i.update([1, 1], [2, 2], time=0, diff=[big, big])]),
         "consolidate": (lambda c: c.consolidate(),
@@ -1382,6 +1388,7 @@ def _overflow_case(name):
 
 OVERFLOW_CASES = ["count", "count_two_runs", "count_in_loop", "sum", "sum_two_runs",
                   "join_product", "join_product_later", "join_in_loop", "distinct",
+                  "distinct_in_loop_two_runs",
                   "consolidate", "negate"]
 
 
@@ -1567,3 +1574,19 @@ def test_run_of_another_dataflow_inside_a_callback():
     assert calls == [1, 1, 1]
     assert [r["v"] for r in capa.at(2).to_pylist()] == [100, 101, 102]
     assert [r["v"] for r in capb.at(2).to_pylist()] == [200, 201, 202]
+
+
+def test_loop_distinct_reports_its_own_overflow():
+    """The overflow of a loop's distinct is found where its history is summed (not
+    wrapped, and before a trace merge would meet it)."""
+    program, feeds = _overflow_case("distinct_in_loop_two_runs")
+    df = _native_df()
+    inp, c = df.new_input(["k", "v"])
+    program(c).capture()
+    feeds[0](inp)
+    inp.advance_to(1)
+    df.run()
+    feeds[1](inp)
+    inp.advance_to(2)
+    with pytest.raises(OverflowError, match="distinct"):
+        df.run()
