@@ -309,27 +309,49 @@ class NativeEngine:
                       f"converge", RuntimeWarning, stacklevel=4)
 
     # ------------------------------------------------------------------ running
+    # A run whose new updates span more distinct times than this is executed as
+    # several passes, each advancing the frontier over at most this many of them, when
+    # the dataflow has loops. Inside a loop run nothing can be compacted until the run
+    # ends and every round re-reads the run's history, so one pass over very many
+    # times costs more than its share: at N=1,000, 10,000 reachability changes at
+    # their own times ran at 9,700 changes/s in one pass and 14,900 in passes of
+    # 1,000. Passes are what a caller advancing the inputs in steps would run; the
+    # results are the same.
+    max_times_per_pass = 1024
+
     def run(self):
         df = self.df
         q = self.st[0]
+        new_times = []
         for i, h in enumerate(df.inputs):
             u = h._drain()
             if u is not None and len(u):
                 t = np.zeros((len(u), 2), _I64)
                 t[:, 0] = u.times[:, 0]
+                new_times.append(t[:, 0])
                 # Batches are never written to, but the compiled code's batch type is
                 # writeable (Arrow zero-copy columns are read-only): copy those.
                 q[self.input_qid[i]].append((_writeable(u.data), t, _writeable(u.diffs)))
             f = h.frontier
             self.frontiers[i] = _INF if (h.closed or len(f) == 0) else f[0, 0]
+        passes = [self.frontiers]
+        if self.loops and new_times:
+            ts = np.unique(np.concatenate(new_times))
+            ts = ts[ts < self.frontiers.min()]
+            c = self.max_times_per_pass
+            if len(ts) > c:
+                passes = [np.minimum(self.frontiers, b) for b in ts[c::c]] + passes
         saved = list(_rt._HOOKS)
         _rt.set_hooks(self._batch_cb, self._logic_cb, self._warn_cb)
         try:
-            status = self._run_fn(self.prog, self.st, self.frontiers)
+            for fr in passes:
+                status = self._run_fn(self.prog, self.st, fr)
+                if self._run_fn is _rt.run:
+                    self._run_fn = _entry(_rt.run)
+                if status != _rt.OK:
+                    break
         finally:
             _rt._HOOKS[:] = saved
-        if self._run_fn is _rt.run:
-            self._run_fn = _entry(_rt.run)
         if status == _rt.ITERATION_LIMIT:
             from ddnumba.operators.iterate import IterationLimitError
             info = self.st[9]

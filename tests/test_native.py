@@ -724,6 +724,21 @@ def test_twin_loops_distinct_inputs_raw_streams(name, data):
                [roots_s, edges_s])
 
 
+@pytest.mark.parametrize("name", ["reach", "components_min", "shortest_paths",
+                                  "count_in_body", "two_loops"])
+@SETTINGS
+@given(data=st.data(), streams=graph_streams())
+def test_twin_loops_in_passes_of_two_times(name, data, streams):
+    """Runs whose new updates span several times, executed as passes over two of them
+    at a time, give what the Python engine gives in one pass."""
+    old = NativeEngine.max_times_per_pass
+    NativeEngine.max_times_per_pass = 2
+    try:
+        check_twin(PROGRAMS_GRAPH[name], RE, data, list(streams))
+    finally:
+        NativeEngine.max_times_per_pass = old
+
+
 # ------------------------------------------------------------ long seeded runs
 
 
@@ -1058,10 +1073,14 @@ def test_networkx_batched_runs(prog, seed):
         assert _as_set(cap, s) == expected[s], f"t={s} (after closing)"
 
 
+@pytest.mark.parametrize("per_pass", [1024, 7])
 @pytest.mark.parametrize("prog", sorted(NX_PROGRAMS))
-def test_networkx_many_times_in_one_run(prog):
+def test_networkx_many_times_in_one_run(prog, per_pass, monkeypatch):
     """300 changes at 300 distinct times: half of them in one run, the rest in a second
-    run that closes the inputs; the output at every time against networkx."""
+    run that closes the inputs; the output at every time against networkx. With
+    ``per_pass=7`` each run is executed as passes over 7 new times at a time (see
+    ``NativeEngine.max_times_per_pass``)."""
+    monkeypatch.setattr(NativeEngine, "max_times_per_pass", per_pass)
     build, oracle = NX_PROGRAMS[prog]
     rng = np.random.default_rng(300)
     g = GraphChanges(rng, n=40, m=60, n_roots=3)
