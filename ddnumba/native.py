@@ -273,6 +273,7 @@ class NativeEngine:
         self.st = _rt.new_state(nq, S, n_held, len(pend_w), arr(pend_w) if pend_w else
                                 np.zeros(0, _I64), len(self.captures), N, max(L_, 1))
         self.frontiers = np.zeros(len(df.inputs), _I64)
+        self.passes = 0               # compiled passes run (a run may take several)
         self.n_nodes = N
         self._capture_ids = [ids[id(c)] for c in self.captures]
         self._cap_seen = [0] * len(self.captures)
@@ -309,15 +310,20 @@ class NativeEngine:
                       f"converge", RuntimeWarning, stacklevel=4)
 
     # ------------------------------------------------------------------ running
-    # A run whose new updates span more distinct times than this is executed as
-    # several passes, each advancing the frontier over at most this many of them, when
-    # the dataflow has loops. Inside a loop run nothing can be compacted until the run
-    # ends and every round re-reads the run's history, so one pass over very many
-    # times costs more than its share: at N=1,000, 10,000 reachability changes at
-    # their own times ran at 9,700 changes/s in one pass and 14,900 in passes of
-    # 1,000. Passes are what a caller advancing the inputs in steps would run; the
-    # results are the same.
+    # A run of a dataflow with loops whose new updates are many next to the state
+    # (more than 1/PASS_STATE_RATIO of the trace records) and span more than
+    # max_times_per_pass distinct times is executed as several passes, each advancing
+    # the frontier over a share of those times (at least max_times_per_pass). Inside a
+    # loop run nothing can be compacted until the run ends and every round re-reads
+    # the run's history, so when a run's updates pile onto few keys one pass costs
+    # more than its share: at N=1,000, 10,000 reachability changes at their own times
+    # ran at 9,700 changes/s in one pass, 14,400 in passes of 1,024 times. Each pass
+    # ends with a settle (merges), so with large state (N=1e6: 36M records against
+    # 20k updates) one pass is better: passes there made B=10000 1.6x slower. Passes
+    # are what a caller advancing the inputs in steps would run; the results are the
+    # same.
     max_times_per_pass = 1024
+    PASS_STATE_RATIO = 16
 
     def run(self):
         df = self.df
@@ -336,15 +342,20 @@ class NativeEngine:
             self.frontiers[i] = _INF if (h.closed or len(f) == 0) else f[0, 0]
         passes = [self.frontiers]
         if self.loops and new_times:
-            ts = np.unique(np.concatenate(new_times))
-            ts = ts[ts < self.frontiers.min()]
+            times = np.concatenate(new_times)
+            times = times[times < self.frontiers.min()]
+            ts = np.unique(times)
             c = self.max_times_per_pass
             if len(ts) > c:
-                passes = [np.minimum(self.frontiers, b) for b in ts[c::c]] + passes
+                share = max(1, self.state_records() // self.PASS_STATE_RATIO)
+                if len(times) > share:
+                    c = max(c, int(len(ts) * share // len(times)))
+                    passes = [np.minimum(self.frontiers, b) for b in ts[c::c]] + passes
         saved = list(_rt._HOOKS)
         _rt.set_hooks(self._batch_cb, self._logic_cb, self._warn_cb)
         try:
             for fr in passes:
+                self.passes += 1
                 status = self._run_fn(self.prog, self.st, fr)
                 if self._run_fn is _rt.run:
                     self._run_fn = _entry(_rt.run)

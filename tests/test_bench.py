@@ -85,3 +85,26 @@ def test_resolution_must_be_record_or_batch():
         assert out["updates_per_change"] is None and out["ns_per_update"] is None
     finally:
         session.close()
+
+
+def test_runs_split_into_passes_only_when_updates_are_many_next_to_the_state():
+    """A loop dataflow's run over many times is executed in passes only when its
+    updates are many next to the trace records (see NativeEngine.run); the answer
+    after the window is the BFS's either way."""
+    session = ReachSession(300, 6100, engine="native")
+    try:
+        session.load()
+        eng = session.df._native
+        eng.max_times_per_pass = 7
+        share = session.records_after_load // eng.PASS_STATE_RATIO
+        assert share > 2 * 50              # 50 changes: 100 updates, fewer than share
+        before = eng.passes
+        session.feed(50, 50)
+        assert eng.passes == before + 1
+        before = eng.passes
+        session.feed(6000, 6000)           # 12,000 updates at 6,000 times
+        assert eng.passes > before + 1
+        _, check = session.recompute()
+        assert check
+    finally:
+        session.close()
