@@ -352,10 +352,10 @@ def profile_reach(n, batch, changes, *, out="reach.perf.data", top=25, engine=No
 
 
 def _table(rows):
-    cols = ["n", "batch", "resolution", "workers", "engine", "changes", "load_s", "changes_per_s",
-            "p50_ms", "p99_ms", "max_ms", "recompute_ms", "ratio", "records_after_load",
-            "records_end", "merged_per_change", "updates_per_change", "ns_per_update",
-            "check"]
+    cols = ["n", "batch", "resolution", "workers", "engine", "changes", "load_s",
+            "changes_per_s", "p50_ms", "p99_ms", "max_ms", "recompute_ms", "ratio",
+            "records_after_load", "records_end", "merged_per_change", "updates_per_change",
+            "ns_per_update", "check"]
     print(" ".join(f"{c:>14}" for c in cols))
     for r in rows:
         r = dict(r)

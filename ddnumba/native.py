@@ -341,7 +341,8 @@ class NativeEngine:
             f = h.frontier
             self.frontiers[i] = _INF if (h.closed or len(f) == 0) else f[0, 0]
         passes = [self.frontiers]
-        if self.loops and new_times:
+        # (a run of few updates cannot span many times: no work on the small-run path)
+        if self.loops and sum(len(x) for x in new_times) > self.max_times_per_pass:
             times = np.concatenate(new_times)
             times = times[times < self.frontiers.min()]
             ts = np.unique(times)
