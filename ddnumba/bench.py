@@ -60,9 +60,9 @@ def workload(n, u, *, roots=10, seed=SEED):
     return src, dst, root_ids, new_src, new_dst
 
 
-def build_reach(workers=1, engine=None):
+def build_reach(workers=1, engine=None, loops=None):
     """The roadmap's reachability program: pairs (root, node)."""
-    df = dd.Dataflow(workers=workers, engine=engine)
+    df = dd.Dataflow(workers=workers, engine=engine, loops=loops)
     roots_in, roots = df.new_input(["root"])
     edges_in, edges = df.new_input(["src", "dst"])
     start = roots.map(lambda r: (r, r), names=["root", "node"])
@@ -142,8 +142,9 @@ class ReachSession:
     ``capacity`` is the number of window changes the session can feed in total.
     """
 
-    def __init__(self, n, capacity, *, workers=1, engine=None):
+    def __init__(self, n, capacity, *, workers=1, engine=None, loops=None):
         src, dst, roots, new_src, new_dst = workload(n, capacity)
+        self.loops = loops      # the native engine's loop mode (None: its default)
         self.n, self.capacity, self.workers = n, capacity, workers
         self.requested = engine or "default"
         self.m = len(src)
@@ -151,7 +152,7 @@ class ReachSession:
         self.all_src = np.concatenate([src, new_src])
         self.all_dst = np.concatenate([dst, new_dst])
         (self.df, self.roots_in, self.edges_in, self.probe,
-         self.counts) = build_reach(workers, engine)
+         self.counts) = build_reach(workers, engine, loops)
         self.pos = 0        # window changes fed so far
         self.t = 1          # the next change's time
         self.load_s = None
@@ -230,8 +231,11 @@ class ReachSession:
         self.t = t
         self.pos = base + steps * batch
         lat = np.array(lat)
+        loops = "-"
+        if df._native:
+            loops = "sequential" if any(df._native.sequential) else "rounds"
         out = {"n": self.n, "batch": batch, "workers": self.workers,
-               "requested": self.requested, "engine": self.engine,
+               "requested": self.requested, "engine": self.engine, "loops": loops,
                "resolution": resolution,
                "changes": steps * batch, "load_s": self.load_s,
                "records_after_load": self.records_after_load,
@@ -275,10 +279,10 @@ class ReachSession:
 
 
 def run_reach(n, batch, changes, *, recompute=True, progress=False, checkpoints=(),
-              workers=1, engine=None, resolution="record"):
+              workers=1, engine=None, resolution="record", loops=None):
     """Run the workload (one load, ``changes`` changes ``batch`` per run); returns a
     dict of figures (see module docstring and :meth:`ReachSession.feed`)."""
-    session = ReachSession(n, changes, workers=workers, engine=engine)
+    session = ReachSession(n, changes, workers=workers, engine=engine, loops=loops)
     try:
         session.load()
         out = session.feed(batch, changes, progress=progress, checkpoints=checkpoints,
@@ -305,7 +309,7 @@ def run_reach_sweep(n, segments, *, workers=1, engine=None, progress=False):
 
 
 def profile_reach(n, batch, changes, *, out="reach.perf.data", top=25, engine=None,
-                  callers=False):
+                  callers=False, loops=None):
     """Load the ``n``-node graph, then record ``changes`` changes (``batch`` per run)
     with Linux ``perf`` attached to this process, named through a perf map of the
     compiled kernels (:mod:`ddnumba.profiling`). Returns ``(figures, top symbols)``.
@@ -323,7 +327,7 @@ def profile_reach(n, batch, changes, *, out="reach.perf.data", top=25, engine=No
     perf = shutil.which("perf")
     if perf is None:
         raise SystemExit("profile: the perf command is not installed")
-    session = ReachSession(n, changes + batch, engine=engine)
+    session = ReachSession(n, changes + batch, engine=engine, loops=loops)
     try:
         session.load()
         session.feed(batch, batch)          # everything the runs use is compiled now
@@ -352,7 +356,7 @@ def profile_reach(n, batch, changes, *, out="reach.perf.data", top=25, engine=No
 
 
 def _table(rows):
-    cols = ["n", "batch", "resolution", "workers", "engine", "changes", "load_s",
+    cols = ["n", "batch", "resolution", "workers", "engine", "loops", "changes", "load_s",
             "changes_per_s", "p50_ms", "p99_ms", "max_ms", "recompute_ms", "ratio",
             "records_after_load", "records_end", "merged_per_change", "updates_per_change",
             "ns_per_update", "check"]
@@ -452,6 +456,10 @@ def main(argv=None):
     r.add_argument("--resolution", choices=("record", "batch"), default="record",
                    help="record (default): every change at its own time; batch: the "
                         "changes of a run at one time (what per-change times cost)")
+    r.add_argument("--loops", nargs="+", choices=("rounds", "sequential"), default=None,
+                   help="the native engine's loop mode (default: its default, 'rounds' "
+                        "unless DDNUMBA_LOOPS is set); several values are compared in "
+                        "one process")
     r.add_argument("--plot", default=None, help="write a latency CDF PNG here")
     pr = sub.add_parser("profile", help="where the time goes: the workload under perf")
     pr.add_argument("--nodes", type=int, default=1000)
@@ -463,6 +471,8 @@ def main(argv=None):
     pr.add_argument("--callers", action="store_true",
                     help="also attribute reference counting (NRT_incref/NRT_decref) to "
                          "the kernels that call it (records stack words: larger data)")
+    pr.add_argument("--loops", choices=("rounds", "sequential"), default=None,
+                    help="the native engine's loop mode")
     pr.add_argument("--cached", action="store_true",
                     help="use Numba's on-disk cache (faster start, but helpers inside "
                          "cached kernels get no names, so their samples are counted "
@@ -484,7 +494,8 @@ def main(argv=None):
     if args.cmd == "profile":
         fig, rows = profile_reach(args.nodes, args.batch,
                                   args.changes or max(20 * args.batch, 200),
-                                  out=args.out, top=args.top, callers=args.callers)
+                                  out=args.out, top=args.top, callers=args.callers,
+                                  loops=args.loops)
         print(f"N={args.nodes} B={args.batch}: {fig['changes_per_s']:.0f} changes/s, "
               f"p50 {fig['p50_ms']:.2f} ms (perf attached); perf data: {args.out}")
         print(f"{'share':>7} {'samples':>8}  symbol")
@@ -507,11 +518,25 @@ def main(argv=None):
                         print(f"N={n} B={b} W={w}: skipped engine=native (the native "
                               f"engine runs one worker)")
                         continue
-                    rows.append(run_reach(n, b, changes, recompute=not args.no_recompute,
-                                          progress=True, workers=w, engine=e,
-                                          resolution=args.resolution))
+                    for lm in args.loops or [None]:
+                        rows.append(run_reach(n, b, changes,
+                                              recompute=not args.no_recompute,
+                                              progress=True, workers=w, engine=e,
+                                              resolution=args.resolution, loops=lm))
     _table(rows)
     _ratio_lines(rows, [e or "default" for e in engines], args.workers)
+    if args.loops and len(args.loops) > 1:
+        by = {}
+        for r in rows:
+            by.setdefault((r["n"], r["batch"], r["workers"], r["requested"]),
+                          {})[r["loops"]] = r
+        for (n, b, _, _), d in by.items():
+            if "rounds" in d and "sequential" in d:
+                s_, r_ = d["sequential"], d["rounds"]
+                print(f"N={n} B={b}: sequential loops {s_['changes_per_s']:.0f} changes/s "
+                      f"(p50 {s_['p50_ms']:.3f} ms), round-wise "
+                      f"{r_['changes_per_s']:.0f} (p50 {r_['p50_ms']:.3f} ms): ratio "
+                      f"{s_['changes_per_s'] / r_['changes_per_s']:.2f}x")
     if args.plot:
         _plot(rows, args.plot, len(engines) > 1)
 

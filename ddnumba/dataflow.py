@@ -444,6 +444,14 @@ class Dataflow:
         Number of worker processes, each owning a shard of the keys (see
         :mod:`ddnumba.workers`). The driver is worker 0; the others are forked at the first
         :meth:`run`. Defaults to the ``DDNUMBA_WORKERS`` environment variable, else 1.
+    engine : {"auto", "native", "python"}, optional
+        See the README's "Engines"; defaults to ``DDNUMBA_ENGINE``, else ``"auto"``.
+    loops : {"rounds", "sequential"}, optional
+        How the native engine runs loops: ``"rounds"`` (all the outer times of a run
+        at once, round by round) or ``"sequential"`` (one outer time after another over
+        hashed state, for loops of native operators and built-in reduces; see
+        :mod:`ddnumba.kernels.seqloop`). Defaults to ``DDNUMBA_LOOPS``, else
+        ``"rounds"``. Results are identical.
 
     Examples
     --------
@@ -456,7 +464,7 @@ class Dataflow:
     [{'w': 1, 'count': 2, 'count_': 1}, {'w': 2, 'count': 1, 'count_': 1}]
     """
 
-    def __init__(self, *, time_dims=1, workers=None, engine=None):
+    def __init__(self, *, time_dims=1, workers=None, engine=None, loops=None):
         if int(time_dims) < 1:
             raise ValueError(f"Dataflow: time_dims must be >= 1, got {time_dims}")
         if workers is None:
@@ -478,6 +486,10 @@ class Dataflow:
                              f"{self.workers} (worker processes run the Python engine; "
                              f"use engine='auto' or 'python')")
         self.engine = engine
+        from ddnumba.native import LOOP_MODES
+        if loops is not None and loops not in LOOP_MODES:
+            raise ValueError(f"Dataflow: loops must be one of {LOOP_MODES}, got {loops!r}")
+        self.loops = loops
         self._native = None        # NativeEngine, False (Python engine), None (undecided)
         self.cluster = None        # set at the first run() when workers > 1
         self._failed = None

@@ -26,6 +26,7 @@ import warnings
 import numpy as np
 
 from ddnumba.kernels import runtime as _rt
+from ddnumba.kernels import seqloop as _seq
 from ddnumba.updates import Updates
 
 _I64 = np.int64
@@ -63,8 +64,191 @@ def check_supported(df):
     _nodes_in_order(df)
 
 
+LOOP_MODES = ("rounds", "sequential")
+
+
+def _loop_mode(df):
+    """The loop mode: ``Dataflow(loops=)``, else ``DDNUMBA_LOOPS``, else
+    ``NativeEngine.loop_mode``."""
+    import os
+    mode = getattr(df, "loops", None) or os.environ.get("DDNUMBA_LOOPS") or \
+        NativeEngine.loop_mode
+    if mode not in LOOP_MODES:
+        raise ValueError(f"DDNUMBA_LOOPS must be one of {LOOP_MODES}, got {mode!r}")
+    return mode
+
+
+def _sequential(lp, mode):
+    """Whether loop ``lp`` runs sequentially (:mod:`ddnumba.kernels.seqloop`): one
+    outer time after another over hashed state. Every operator of the loop must be
+    native (no Python callbacks: ``delay`` moves updates to later times, which a loop
+    run one time at a time cannot take, and the others would be called once per time
+    and round) and reduces need built-in logic. Only in mode ``"sequential"``."""
+    from ddnumba.operators import linear as L
+    from ddnumba.operators.arrange import ArrangeNode
+    from ddnumba.operators.iterate import EnterNode, FeedbackNode
+    from ddnumba.operators.join import JoinNode
+    from ddnumba.operators.reduce import ReduceNode
+    if mode == "rounds":
+        return False
+    for node in lp.child.nodes:
+        if isinstance(node, (EnterNode, FeedbackNode, ArrangeNode, JoinNode, L.ConcatNode,
+                             L.NegateNode, L.ConsolidateNode)):
+            continue
+        if isinstance(node, ReduceNode):
+            if getattr(node, "spec", None) is None:
+                return False
+            continue
+        if isinstance(node, L.MapNode) and node.projection() is not None:
+            continue
+        return False
+    return True
+
+
+def _seq_program(li, lp, ids, kind, prm):
+    """The program of sequential loop ``li`` for :mod:`ddnumba.kernels.seqloop` and the
+    row widths of its buffers."""
+    from ddnumba.kernels import seqloop as S
+    from ddnumba.operators import linear as L
+    from ddnumba.operators.arrange import ArrangeNode
+    from ddnumba.operators.iterate import EnterNode, FeedbackNode, LeaveNode
+    from ddnumba.operators.join import JoinNode
+    from ddnumba.operators.reduce import ReduceNode
+
+    widths = []
+
+    def buf(w):
+        widths.append(w)
+        return len(widths) - 1
+
+    local = []                      # loop nodes with a local id, in schedule order
+    for node in lp.child.nodes:
+        if isinstance(node, (EnterNode, ArrangeNode, JoinNode, ReduceNode,
+                             L.ConsolidateNode, FeedbackNode)):
+            local.append(node)
+    leaves = []
+    for node in lp.child.nodes:
+        for c, _ in node.consumers:
+            if isinstance(c, LeaveNode) and c not in leaves:
+                leaves.append(c)
+    local.extend(leaves)
+    lid = {id(n): i for i, n in enumerate(local)}
+    NP = np.zeros((len(local), S.NPW), _I64)
+
+    def readers(a):
+        return [c for c, _ in a.consumers]
+
+    n_enter = 0
+    queues = []
+    for i, node in enumerate(local):
+        g = ids[id(node)]
+        NP[i, S.P_NODE] = g
+        if isinstance(node, EnterNode):
+            NP[i, S.P_KIND] = S.S_ENTER
+            NP[i, S.P_W] = node.arity
+            NP[i, S.P_D] = buf(node.arity + 2)
+            NP[i, S.P_ENTER] = n_enter
+            n_enter += 1
+        elif isinstance(node, (ArrangeNode, L.ConsolidateNode, FeedbackNode)):
+            NP[i, S.P_KIND] = (S.S_ARRANGE if isinstance(node, ArrangeNode) else
+                               S.S_CONSOL if isinstance(node, L.ConsolidateNode) else
+                               S.S_FEEDBACK)
+            NP[i, S.P_W] = node.arity
+            NP[i, S.P_Q] = buf(node.arity + 2)
+            NP[i, S.P_D] = buf(node.arity + 2)
+            queues.append(NP[i, S.P_Q])
+            if isinstance(node, ArrangeNode):
+                NP[i, S.P_TAG] = prm[g, 1] + 1
+                NP[i, S.P_KW] = node.kw
+        elif isinstance(node, JoinNode):
+            NP[i, S.P_KIND] = S.S_JOIN
+            NP[i, S.P_W] = node.arity
+            NP[i, S.P_D] = buf(node.arity + 2)
+            NP[i, S.P_LEFT] = lid[id(node.left)]
+            NP[i, S.P_RIGHT] = lid[id(node.right)]
+            NP[i, S.P_JKW] = node.kw
+            if node.left is not node.right and readers(node.left) == [node] and \
+                    readers(node.right) == [node]:
+                NP[i, S.P_JFUSED] = 1
+                NP[lid[id(node.left)], S.P_FUSED] = 1
+                NP[lid[id(node.right)], S.P_FUSED] = 1
+        elif isinstance(node, ReduceNode):
+            a = node.arranged
+            la = lid[id(a)]
+            NP[i, S.P_KIND] = S.S_REDUCE
+            kw, vw, ow = node.kw, a.vw, node.ow
+            NP[i, S.P_W] = kw + ow
+            NP[i, S.P_Q] = buf(kw + 2)
+            queues.append(NP[i, S.P_Q])
+            NP[i, S.P_D] = buf(kw + ow + 2)
+            NP[i, S.P_ARR] = la
+            NP[i, S.P_TAG_IN] = NP[la, S.P_TAG]
+            if readers(a) == [node]:
+                NP[i, S.P_BLK] = 1
+                NP[i, S.P_TAG_OUT] = NP[la, S.P_TAG]
+                NP[la, S.P_FUSED] = 1
+            else:
+                NP[i, S.P_BLK] = 0
+                NP[i, S.P_TAG_OUT] = prm[g, 1] + 1
+            NP[i, S.P_RKW] = kw
+            NP[i, S.P_VW] = vw
+            NP[i, S.P_OW] = ow
+            NP[i, S.P_LOGIC] = prm[g, 6]
+            NP[i, S.P_LPARAM] = prm[g, 7]
+            NP[i, S.P_SCHED] = buf(kw + 2)
+            NP[i, S.P_ACC] = buf(vw + 1)
+            NP[i, S.P_DES] = buf(max(vw, ow) + 1)
+            NP[i, S.P_CUR] = buf(ow + 1)
+        else:   # a leave
+            NP[i, S.P_KIND] = S.S_LEAVE
+            NP[i, S.P_W] = node.arity
+            NP[i, S.P_Q] = buf(node.arity + 3)
+
+    # Routes: from every emitting node through the linear operators to the sinks.
+    routes, proj, chain = [], [], []
+
+    def walk(src_i, node, cols, sign, path):
+        for c, _ in node.consumers:
+            if isinstance(c, L.MapNode):
+                p = c.projection()
+                if p is None:
+                    raise Unsupported(f"{c!r} in a sequential loop")
+                walk(src_i, c, [cols[k] for k in p], sign, path + [c])
+            elif isinstance(c, L.ConcatNode):
+                walk(src_i, c, cols, sign, path + [c])
+            elif isinstance(c, L.NegateNode):
+                walk(src_i, c, cols, -sign, path + [c])
+            elif isinstance(c, (ArrangeNode, L.ConsolidateNode, FeedbackNode, LeaveNode)):
+                sink = lid[id(c)]
+                leave = isinstance(c, LeaveNode)
+                routes.append([sink, sign, 1 if isinstance(c, FeedbackNode) else 0,
+                               len(proj), len(cols), len(chain), len(path),
+                               NP[sink, S.P_Q], 1 if leave else 0])
+                proj.extend(cols)
+                chain.extend(ids[id(x)] for x in path)
+            else:
+                raise Unsupported(f"{c!r} in a sequential loop")
+
+    for i, node in enumerate(local):
+        if NP[i, S.P_KIND] in (S.S_ENTER, S.S_JOIN, S.S_REDUCE, S.S_CONSOL, S.S_FEEDBACK):
+            first = len(routes)
+            walk(i, node, list(range(node.arity)), 1, [])
+            NP[i, S.P_ROFF] = first
+            NP[i, S.P_RN] = len(routes) - first
+    maxit = -1 if lp.child.max_iterations is None else int(lp.child.max_iterations)
+    prog = _seq.pack([NP, np.array(routes, _I64).reshape(-1, S.RTW),
+                      np.array(proj, _I64), np.array(chain, _I64),
+                      np.array(queues, _I64), np.array([li, maxit], _I64)])
+    return prog, np.array(widths, _I64)
+
+
 class NativeEngine:
     """The compiled program and state of one dataflow."""
+
+    #: how loops run when neither Dataflow(loops=) nor DDNUMBA_LOOPS says: "rounds"
+    #: (round-wise over all the times of a run) or "sequential" (one outer time after
+    #: another over hashed state, for the loops that can, see _sequential)
+    loop_mode = "rounds"
 
     def __init__(self, df):
         from ddnumba.operators import linear as L
@@ -86,6 +270,8 @@ class NativeEngine:
         ids = {id(n): i for i, n in enumerate(order)}
         N = len(order)
         loop_index = {id(lp): li for li, lp in enumerate(loops)}
+        mode = _loop_mode(df)
+        self.sequential = [_sequential(lp, mode) for lp in loops]
         scope_of = np.full(N, -1, _I64)       # -1 root, else loop index
         for li, lp in enumerate(loops):
             for inner in lp.child.nodes:
@@ -134,6 +320,7 @@ class NativeEngine:
                 prm[i, 0] = node.arity
                 prm[i, 1] = len(spine_scope)
                 prm[i, 2] = n_held
+                prm[i, 5] = node.kw                # key width (sequential loops)
                 n_held += 1
                 spine_scope.append(group)
                 spine_nodes.append([i] + [ids[id(c)] for c, _ in node.consumers])
@@ -164,7 +351,9 @@ class NativeEngine:
                         # (key, total, nonzero values); see runtime._reduce_agg).
                         prm[i, 8] = 1
                 pend_w.append(node.kw + 1)
-                if prm[i, 8] == 0 and [c for c, _ in node.arranged.consumers] == [node]:
+                seq = group > 0 and self.sequential[group - 1]
+                if not seq and prm[i, 8] == 0 and \
+                        [c for c, _ in node.arranged.consumers] == [node]:
                     # The reduce is its arrangement's only reader: input and output
                     # history share one trace, rows (key, tag, vals) (runtime
                     # _reduce_gather), so each key is looked up once per batch.
@@ -192,6 +381,7 @@ class NativeEngine:
             elif isinstance(node, LoopNode):
                 kind[i] = _rt.K_LOOP
                 prm[i, 0] = loop_index[id(node)]
+                prm[i, 1] = 1 if self.sequential[prm[i, 0]] else 0
             elif isinstance(node, CaptureNode):
                 kind[i] = _rt.K_CAPTURE
                 prm[i, 0] = len(self.captures)
@@ -201,7 +391,8 @@ class NativeEngine:
                 self.probes.append(node)
             else:
                 raise Unsupported(f"operator {node!r}")
-            if kind[i] in (_rt.K_CONSOLIDATE, _rt.K_LEAVE, _rt.K_FEEDBACK, _rt.K_CALLBACK):
+            if kind[i] in (_rt.K_CONSOLIDATE, _rt.K_LEAVE, _rt.K_FEEDBACK, _rt.K_CALLBACK,
+                           _rt.K_ENTER):
                 prm[i, 1] = node.inputs[0].arity if node.inputs else node.arity
             if kind[i] == _rt.K_JOIN:
                 prm[i, 3] = node.arity
@@ -271,7 +462,12 @@ class NativeEngine:
                           for n in order if isinstance(n, InputNode)}
         self.root_scope = scope_of
         self.st = _rt.new_state(nq, S, n_held, len(pend_w), arr(pend_w) if pend_w else
-                                np.zeros(0, _I64), len(self.captures), N, max(L_, 1))
+                                np.zeros(0, _I64), len(self.captures), N, max(L_, 1),
+                                self._loop_widths(order, kind, prm, scope_of, L_))
+        for li, lp in enumerate(loops):
+            if self.sequential[li]:
+                prog, widths = _seq_program(li, lp, ids, kind, prm)
+                _rt.add_seq_loop(self.st, li, prog, widths)
         self.frontiers = np.zeros(len(df.inputs), _I64)
         self.passes = 0               # compiled passes run (a run may take several)
         self.n_nodes = N
@@ -281,6 +477,23 @@ class NativeEngine:
         # Compiled entry points, resolved once (see _entry).
         self._run_fn = _rt.run
         self._take_fn = _rt.take_output
+
+    def _loop_widths(self, order, kind, prm, scope_of, n_loops):
+        """Per loop, the widest key and value of its traces (its hashed state's row
+        and entry widths when it runs sequentially)."""
+        kv = np.zeros((max(n_loops, 1), 2), _I64)
+        for i in range(len(order)):
+            li = int(scope_of[i])
+            if li < 0 or not self.sequential[li]:
+                continue
+            if kind[i] == _rt.K_ARRANGE:
+                kw = int(prm[i, 5])
+                kv[li, 0] = max(kv[li, 0], kw)
+                kv[li, 1] = max(kv[li, 1], int(prm[i, 0]) - kw)
+            elif kind[i] == _rt.K_REDUCE:
+                kv[li, 1] = max(kv[li, 1], int(prm[i, 5]))
+        kv[:, 0] = np.maximum(kv[:, 0], 1)
+        return kv
 
     # ------------------------------------------------------------------ callbacks
     def _batch_cb(self, n, data, times, diffs):
@@ -400,7 +613,7 @@ class NativeEngine:
     # ------------------------------------------------------------------ statistics
     def state_records(self):
         """Updates held by every trace (arrangements and reduce outputs)."""
-        return int(_rt.spine_sizes(self.st).sum())
+        return int(_rt.spine_sizes(self.st).sum()) + int(_rt.seq_records(self.st).sum())
 
     def node_stats(self):
         """Per operator: ``(node, steps with input, updates in, updates out)``."""

@@ -47,14 +47,17 @@ Evaluating at a few extra times is harmless (the correction there is zero), so t
 output history's times join the walk as well.
 """
 import numpy as np
-from numba import njit, objmode, types
+from numba import njit, types
 from numba.typed import List
 
 from .batch import (advance, concat_batches, fence, key_ranges, merge, seek, seek_fenced,
                     sort_consolidate)
+from .hooks import _HOOKS, _cb_batch, _cb_logic, _cb_warn, set_hooks  # noqa: F401
+from .hstate import M_LIVE, gc as _hs_gc
 from .reduce import (_accumulate, _logic_count, _logic_extreme, _logic_sum,
                      _logic_top_k)
 from .rows import add_checked, leaf, mul_checked
+from .seqloop import S_LEAVE as SEQ_LEAVE, _nodes as seq_nodes, run_times as seq_run_times
 
 __all__ = ["KIND", "LOGIC", "new_state", "run", "set_hooks", "spine_sizes",
            "BATCH_TYPE"]
@@ -103,33 +106,15 @@ _BLIST = types.ListType(BATCH_TYPE)
 # Batches inside a spine carry their fence (kernels.batch.fence) as a fourth array.
 SBATCH_TYPE = types.Tuple((_I2, _I2, _I1, _I2))
 _SLIST = types.ListType(SBATCH_TYPE)
+# The hashed state of a sequential loop (kernels.hstate): table, arena, counters;
+# its program (kernels.seqloop) with its buffers' row counts and least iterations.
+HSTATE_TYPE = types.Tuple((_I2, _I2, _I1))
+SEQ_TYPE = types.Tuple((_I1, _I1, _I1))
+_I2LIST = types.ListType(_I2)
 
 # Status codes returned by run().
 OK = 0
 ITERATION_LIMIT = 1
-
-# Python hooks called from objmode: [batch callback, logic callback, warning].
-_HOOKS = [None, None, None]
-
-
-def set_hooks(batch_cb, logic_cb, warn_cb):
-    """Install the Python functions the compiled code calls back (see ddnumba.native)."""
-    _HOOKS[0] = batch_cb
-    _HOOKS[1] = logic_cb
-    _HOOKS[2] = warn_cb
-
-
-def _py_batch(node, data, times, diffs):
-    return _HOOKS[0](node, data, times, diffs)
-
-
-def _py_logic(node, mom_offs, acc_vals, acc_counts):
-    return _HOOKS[1](node, mom_offs, acc_vals, acc_counts)
-
-
-def _py_warn(loop, k):
-    _HOOKS[2](loop, k)
-
 
 # ------------------------------------------------------------------------------- program
 #
@@ -166,37 +151,17 @@ def pack_program(fields):
     return np.ascontiguousarray(np.concatenate([offs] + flat))
 
 
-# Each objmode block lives in a function of its own: a function holding one is compiled
-# in several passes (the block is lifted out), so keeping them tiny keeps that cheap.
-
-@njit(cache=True)
-def _cb_batch(n, d0, t0, f0):
-    with objmode(d="int64[:, ::1]", t="int64[:, ::1]", f="int64[::1]"):
-        d, t, f = _py_batch(n, d0, t0, f0)
-    return d, t, f
-
-
-@njit(cache=True)
-def _cb_logic(n, mom_offs, acc_vals, acc_counts):
-    with objmode(w_offs="int64[::1]", w_vals="int64[:, ::1]", w_counts="int64[::1]"):
-        w_offs, w_vals, w_counts = _py_logic(n, mom_offs, acc_vals, acc_counts)
-    return w_offs, w_vals, w_counts
-
-
-@njit(cache=True)
-def _cb_warn(loop, k):
-    with objmode():
-        _py_warn(loop, k)
-
-
 # --------------------------------------------------------------------------------- state
 
 
 @njit(cache=True)
-def new_state(n_queues, n_spines, n_held, n_pend, pend_w, n_out, n_nodes, n_loops):
+def new_state(n_queues, n_spines, n_held, n_pend, pend_w, n_out, n_nodes, n_loops,
+              loop_kv):
     """Empty runtime state for a program of the given sizes.
 
-    ``pend_w[r]`` is the data width of reduce ``r``'s pending entries (key + 1).
+    ``pend_w[r]`` is the data width of reduce ``r``'s pending entries (key + 1);
+    ``loop_kv[l]`` the widest key and value of loop ``l``'s traces when it runs
+    sequentially (its hashed state, kernels.hstate).
     """
     q = List.empty_list(_BLIST)
     for _ in range(n_queues):
@@ -228,7 +193,34 @@ def new_state(n_queues, n_spines, n_held, n_pend, pend_w, n_out, n_nodes, n_loop
         info[INFO_SPINES + 2 * s] = -1
     # per node: [steps with input, updates in, updates out, unused]
     stats = np.zeros((n_nodes, 4), np.int64)
-    return q, sp, fresh, since, held, pend, out, nf, loop_prev, info, stats
+    hs = List.empty_list(HSTATE_TYPE)
+    for l in range(n_loops):
+        kwm = loop_kv[l, 0]
+        vwm = loop_kv[l, 1]
+        meta = np.zeros(8, np.int64)
+        meta[6] = kwm
+        meta[7] = vwm
+        hs.append((np.zeros((16, kwm + 6), np.int64), np.zeros((64, vwm + 2), np.int64),
+                   meta))
+    # filled by ddnumba.native (add_seq_loop) for the loops that run sequentially
+    seq = List.empty_list(SEQ_TYPE)
+    bufs = List.empty_list(_I2LIST)
+    for l in range(n_loops):
+        seq.append((np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)))
+        bufs.append(List.empty_list(_I2))
+    return q, sp, fresh, since, held, pend, out, nf, loop_prev, info, stats, hs, seq, bufs
+
+
+@njit(cache=True)
+def add_seq_loop(st, l, lp, widths):
+    """Give loop ``l`` its sequential program ``lp`` and one empty buffer per entry of
+    ``widths`` (row widths)."""
+    nb = widths.shape[0]
+    st[12][l] = (lp, np.zeros(nb, np.int64), np.full(nb, INF, np.int64))
+    bl = st[13][l]
+    bl.clear()
+    for b in range(nb):
+        bl.append(np.empty((16, widths[b]), np.int64))
 
 
 @njit(cache=True)
@@ -242,6 +234,16 @@ def spine_sizes(st):
             out[s] += b[2].shape[0]
         for b in fresh[s]:
             out[s] += b[2].shape[0]
+    return out
+
+
+@njit(cache=True)
+def seq_records(st):
+    """Entries held by each loop's hashed state (0 for loops that run round-wise)."""
+    hs = st[11]
+    out = np.zeros(len(hs), np.int64)
+    for l in range(len(hs)):
+        out[l] = hs[l][2][M_LIVE]
     return out
 
 
@@ -2332,6 +2334,143 @@ def _run_loop(prog, st, l):
         loop_prev[l] = p
     return OK
 
+# ------------------------------------------------------------------ sequential loops
+#
+# A loop whose body uses only native operators and built-in reduce logic (see
+# ddnumba.native) runs *sequentially* (kernels.seqloop): the run's outer times one
+# after another, each to its fixed point, over hashed state that holds every trace
+# fully compacted. Here: take the loop's entered updates that are due, hand them to
+# the loop sorted by time, and pass what its leaves collected on to the root scope.
+# Its state: st[11][l] the hashed traces (table, arena, counters), st[12][l] the loop
+# program and its buffers' row counts and least iterations, st[13][l] the buffers.
+
+
+@njit(cache=True)
+def _seq_enter_due(st, qid, w, p):
+    """Take the updates queued at enter queue ``qid``: those at outer times < p sorted
+    by time (stably), the others left queued."""
+    lst = st[0][qid]
+    if len(lst) == 0:
+        return (np.empty((0, w), np.int64), np.empty((0, 2), np.int64),
+                np.empty(0, np.int64))
+    u = concat_batches(lst, w) if len(lst) != 1 else lst[0]
+    lst.clear()
+    t = u[1]
+    m = u[2].shape[0]
+    nd = np.int64(0)
+    for r in range(m):
+        if t[r, 0] < p:
+            nd += 1
+    if nd < m:
+        fd = np.empty((m - nd, w), np.int64)
+        ft = np.empty((m - nd, 2), np.int64)
+        ff = np.empty(m - nd, np.int64)
+        c = np.int64(0)
+        for r in range(m):
+            if t[r, 0] >= p:
+                _copy_upd(u, r, fd, ft, ff, c)
+                c += 1
+        lst.append((fd, ft, ff))
+    idx = np.empty(nd, np.int64)
+    tv = np.empty(nd, np.int64)
+    a = np.int64(0)
+    for r in range(m):
+        if t[r, 0] < p:
+            idx[a] = r
+            tv[a] = t[r, 0]
+            a += 1
+    order = np.argsort(tv, kind="mergesort")
+    dd = np.empty((nd, w), np.int64)
+    dt = np.zeros((nd, 2), np.int64)
+    df = np.empty(nd, np.int64)
+    for a in range(nd):
+        r = idx[order[a]]
+        for c in range(w):
+            dd[a, c] = u[0][r, c]
+        dt[a, 0] = t[r, 0]
+        df[a] = u[2][r]
+    return (dd, dt, df)
+
+
+@njit(cache=True)
+def _run_loop_seq(prog, st, l):
+    """Run loop ``l`` sequentially over the outer times < P of its entered updates.
+    Returns OK or ITERATION_LIMIT."""
+    in_offs = _fld(prog, 1)
+    in_src = _fld(prog, 2)
+    order_offs = _fld(prog, 10)
+    order = _fld(prog, 11)
+    enter_offs = _fld(prog, 12)
+    enters = _fld(prog, 13)
+    qbase = _fld(prog, 6)
+    prm = _prm(prog)
+    nf = st[7]
+    loop_prev = st[8]
+    p = np.int64(INF)
+    for x in range(enter_offs[l], enter_offs[l + 1]):
+        e = enters[x]
+        for y in range(in_offs[e], in_offs[e + 1]):
+            v = nf[in_src[y]]
+            if v < p:
+                p = v
+    ups = List.empty_list(BATCH_TYPE)
+    total = np.int64(0)
+    for x in range(enter_offs[l], enter_offs[l + 1]):
+        e = enters[x]
+        u = _seq_enter_due(st, qbase[e], prm[e, 1], p)
+        total += u[2].shape[0]
+        ups.append(u)
+    status = OK
+    if total:
+        times = np.empty(total, np.int64)
+        o = np.int64(0)
+        for u in ups:
+            tt = u[1]
+            for r in range(tt.shape[0]):
+                times[o] = tt[r, 0]
+                o += 1
+        times = np.unique(times)
+        tab, arena, meta = st[11][l]
+        lp, bn, bmin = st[12][l]
+        bufs = st[13][l]
+        status, tab, arena = seq_run_times(lp, bufs, bn, bmin, tab, arena, meta, ups, times,
+                                           st[10], st[9])
+        tab, arena = _hs_gc(tab, arena, meta)
+        st[11][l] = (tab, arena, meta)
+        # what the leaves collected: (iteration, diff, data, t) rows, to the root scope
+        nodes = seq_nodes(lp)
+        for ln in range(nodes.shape[0]):
+            if nodes[ln, 0] != SEQ_LEAVE:
+                continue
+            q = nodes[ln, 3]
+            n = bn[q]
+            if n == 0:
+                continue
+            w = nodes[ln, 2]
+            buf = bufs[q]
+            d = np.empty((n, w), np.int64)
+            tt = np.empty((n, 2), np.int64)
+            f = np.empty(n, np.int64)
+            for r in range(n):
+                tt[r, 0] = buf[r, 2 + w]
+                tt[r, 1] = buf[r, 0]
+                f[r] = buf[r, 1]
+                for c in range(w):
+                    d[r, c] = buf[r, 2 + c]
+            bn[q] = 0
+            st[0][qbase[nodes[ln, 1]]].append((d, tt, f))
+        # buffers a large run grew (a load) are not kept for the small runs after it
+        for x in range(len(bufs)):
+            if bn[x] == 0 and bufs[x].shape[0] > 65536:
+                bufs[x] = np.empty((16, bufs[x].shape[1]), np.int64)
+    if status != OK:
+        return status
+    for x in range(order_offs[l], order_offs[l + 1]):
+        nf[order[x]] = p
+    if p != INF:
+        loop_prev[l] = p
+    return OK
+
 
 @njit(cache=True)
 def run(prog, st, in_frontiers):
@@ -2361,7 +2500,10 @@ def run(prog, st, in_frontiers):
                     f = v
             nf[n] = f
         if kind == K_LOOP:
-            status = _run_loop(prog, st, np.int64(prm[n, 0]))
+            if prm[n, 1] == 1:
+                status = _run_loop_seq(prog, st, np.int64(prm[n, 0]))
+            else:
+                status = _run_loop(prog, st, np.int64(prm[n, 0]))
             if status != OK:
                 return status
         else:

@@ -64,7 +64,8 @@ def test_batch_resolution_reaches_the_same_graph_with_fewer_updates():
             out = session.feed(50, 400, resolution=res)
             after = operator_updates(session.df)
             assert out["resolution"] == res
-            assert out["updates_per_change"] * out["changes"] == after - before
+            # (a float ratio: compare to rounding)
+            assert round(out["updates_per_change"] * out["changes"]) == after - before
             assert out["ns_per_update"] > 0
             _, check = session.recompute()
             assert check
@@ -108,3 +109,19 @@ def test_runs_split_into_passes_only_when_updates_are_many_next_to_the_state():
         assert check
     finally:
         session.close()
+
+
+def test_sequential_loops_reach_the_same_graph(capsys):
+    """``--loops rounds sequential`` runs the workload with both loop modes in one
+    process: both answers match the from-scratch BFS, the table says which mode ran,
+    and a ratio line compares them."""
+    from ddnumba.bench import main
+    main(["reach", "--nodes", "300", "--batch", "1", "50", "--changes", "200",
+          "--engine", "native", "--loops", "rounds", "sequential"])
+    out = capsys.readouterr().out
+    table = [line.split() for line in out.splitlines() if line.strip().startswith("300")]
+    assert len(table) == 4
+    assert sorted(row[5] for row in table) == ["rounds", "rounds", "sequential",
+                                               "sequential"]
+    assert all(row[-1] == "True" for row in table)
+    assert out.count("sequential loops") == 2 and "ratio" in out

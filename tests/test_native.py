@@ -739,6 +739,77 @@ def test_twin_loops_in_passes_of_two_times(name, data, streams):
         NativeEngine.max_times_per_pass = old
 
 
+#: loops of PROGRAMS_GRAPH that run sequentially (kernels.seqloop) in loop mode
+#: "sequential": native operators and built-in reduce logic only
+SEQUENTIAL = {"components_min", "iterative_counts", "iterative_parity", "reach",
+              "transitive_closure", "two_loops"}
+
+
+def _loop_modes(name, mode, monkeypatch):
+    monkeypatch.setenv("DDNUMBA_LOOPS", mode)
+    df = dd.Dataflow(engine="native")
+    h1, r = df.new_input(["node"])
+    h2, e = df.new_input(["src", "dst"])
+    outs = PROGRAMS_GRAPH[name]([], r, e)
+    for o in outs if isinstance(outs, (tuple, list)) else (outs,):
+        o.capture()
+    h1.insert([1], time=0)
+    h2.insert([1], [2], time=0)
+    df.run()
+    return df._native.sequential
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS_GRAPH))
+def test_loops_run_sequentially_when_they_can(name, monkeypatch):
+    """Loop mode "sequential" runs a loop sequentially (one outer time after another
+    over hashed state) when all its operators are native and its reduces built in; a
+    callback (map, filter, inspect, delay, user reduce) keeps it round-wise, and mode
+    "rounds" (the default) keeps every loop round-wise."""
+    seq = _loop_modes(name, "sequential", monkeypatch)
+    assert all(seq) == (name in SEQUENTIAL)
+    assert not any(_loop_modes(name, "rounds", monkeypatch))
+
+
+def test_dataflow_loops_argument(monkeypatch):
+    """``Dataflow(loops=)`` wins over ``DDNUMBA_LOOPS``; a bad value raises at once."""
+    with pytest.raises(ValueError, match="loops must be one of"):
+        dd.Dataflow(loops="fast")
+    monkeypatch.setenv("DDNUMBA_LOOPS", "rounds")
+    for loops in ("sequential", "rounds"):
+        df = dd.Dataflow(engine="native", loops=loops)
+        h, c = df.new_input(["x"])
+        c.iterate(lambda x: x.distinct()).capture()
+        h.insert([1, 2], time=0)
+        df.run()
+        assert df._native.sequential == [loops == "sequential"]
+
+
+def test_unknown_loop_mode(monkeypatch):
+    monkeypatch.setenv("DDNUMBA_LOOPS", "fast")
+    df = dd.Dataflow(engine="native")
+    h, c = df.new_input(["x"])
+    c.iterate(lambda x: x.distinct()).capture()
+    with pytest.raises(ValueError, match="DDNUMBA_LOOPS"):
+        df.run()
+
+
+@pytest.mark.parametrize("name", sorted(SEQUENTIAL))
+@SETTINGS
+@given(data=st.data(), streams=graph_streams())
+def test_twin_loops_sequential(name, data, streams):
+    """Loops run sequentially against the Python engine (test_twin_loops runs them
+    round-wise)."""
+    old = NativeEngine.loop_mode, os.environ.pop("DDNUMBA_LOOPS", None)
+    NativeEngine.loop_mode = "sequential"
+    try:
+        check_twin(PROGRAMS_GRAPH[name], RE, data, list(streams),
+                   strict=name not in LEAVE_VARIABLE)
+    finally:
+        NativeEngine.loop_mode = old[0]
+        if old[1] is not None:
+            os.environ["DDNUMBA_LOOPS"] = old[1]
+
+
 # ------------------------------------------------------------ long seeded runs
 
 
@@ -965,6 +1036,12 @@ NX_PROGRAMS = {
                    lambda roots, edges: nx_components(edges)),
     "shortest_paths": (shortest_paths, nx_distances),
 }
+#: the NX_PROGRAMS whose loop runs sequentially in loop mode "sequential"
+NX_SEQUENTIAL = {"closure", "reach", "components"}
+
+
+def _check_loop_mode(df, prog, loops):
+    assert all(df._native.sequential) == (loops == "sequential" and prog in NX_SEQUENTIAL)
 
 
 class GraphChanges:
@@ -1012,10 +1089,13 @@ def _insert_graph(ri, ei, g, t):
     ei.insert(es[:, 0].copy(), es[:, 1].copy(), time=t)
 
 
+@pytest.mark.parametrize("loops", ["rounds", "sequential"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("prog", sorted(NX_PROGRAMS))
-def test_networkx_single_change_runs(prog, seed):
+def test_networkx_single_change_runs(prog, seed, loops, monkeypatch):
     """One change per run, at its own time; the output at every time against networkx."""
+    monkeypatch.delenv("DDNUMBA_LOOPS", raising=False)
+    monkeypatch.setattr(NativeEngine, "loop_mode", loops)
     build, oracle = NX_PROGRAMS[prog]
     rng = np.random.default_rng(100 + seed)
     g = GraphChanges(rng, n=25, m=40, n_roots=3)
@@ -1025,6 +1105,7 @@ def test_networkx_single_change_runs(prog, seed):
     ei.advance_to(1)
     df.run()
     assert isinstance(df._native, NativeEngine)
+    _check_loop_mode(df, prog, loops)
     assert _as_set(cap, 0) == oracle(g.roots, g.edges), "t=0"
     for t in range(1, 151):
         what, row, d = g.change()
@@ -1035,11 +1116,14 @@ def test_networkx_single_change_runs(prog, seed):
         assert _as_set(cap, t) == oracle(g.roots, g.edges), f"t={t} after {what} {row} {d}"
 
 
+@pytest.mark.parametrize("loops", ["rounds", "sequential"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("prog", sorted(NX_PROGRAMS))
-def test_networkx_batched_runs(prog, seed):
+def test_networkx_batched_runs(prog, seed, loops, monkeypatch):
     """Batches of changes, one distinct time per change, one run per batch; the frontier
     sometimes stops short of the batch's last times, which complete in a later run."""
+    monkeypatch.delenv("DDNUMBA_LOOPS", raising=False)
+    monkeypatch.setattr(NativeEngine, "loop_mode", loops)
     build, oracle = NX_PROGRAMS[prog]
     rng = np.random.default_rng(200 + seed)
     g = GraphChanges(rng, n=25, m=40, n_roots=3)
@@ -1062,6 +1146,7 @@ def test_networkx_batched_runs(prog, seed):
         ei.advance_to(f)
         df.run()
         assert isinstance(df._native, NativeEngine)
+        _check_loop_mode(df, prog, loops)
         for s in range(checked, f):
             assert _as_set(cap, s) == expected[s], f"t={s}"
         assert not cap.done(f)
@@ -1113,10 +1198,14 @@ def test_networkx_many_times_in_one_run(prog, per_pass, monkeypatch):
 # ------------------------------------------------------------------ bounded state
 
 
-def test_state_bounded_under_sliding_window():
+@pytest.mark.parametrize("loops", ["rounds", "sequential"])
+def test_state_bounded_under_sliding_window(loops, monkeypatch):
     """Reachability over 300 nodes and 600 edges; 2000 runs each removing the oldest edge
     and adding a random one at a new time. Traces compact, so the state after the last
-    run stays within 3x the state after the first 200 runs (history would grow ~10x)."""
+    run stays within 3x the state after the first 200 runs (history would grow ~10x).
+    Sequential loops hold hashed state: its records, rows and arena stay bounded too."""
+    monkeypatch.delenv("DDNUMBA_LOOPS", raising=False)
+    monkeypatch.setattr(NativeEngine, "loop_mode", loops)
     rng = np.random.default_rng(7)
     n, m = 300, 600
     df, ri, ei, cap = _native_graph_dataflow(reach)
@@ -1146,6 +1235,11 @@ def test_state_bounded_under_sliding_window():
     assert first > 0
     assert last < 3 * first, (f"state grew from {first} records (run 200) to {last} "
                               f"(run 2000)")
+    assert native.sequential == [loops == "sequential"]
+    if loops == "sequential":
+        tab, arena, meta = native.st[11][0]
+        assert meta[0] < 4 * 300 * 12 and tab.shape[0] <= 16384, "hashed rows grew"
+        assert arena.shape[0] < 8 * last, "hashed arena grew"
     # The premise: the traces' whole history (every update that entered an arrangement
     # or left a reduce) is far beyond the bound, so compaction is what keeps state small.
     history = sum(u_in if type(node).__name__ == "ArrangeNode" else u_out

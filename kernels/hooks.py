@@ -1,0 +1,56 @@
+"""Calls from compiled code back into Python (``objmode``): the hooks of the native
+runtime.
+
+:mod:`ddnumba.native` installs three Python functions before a run
+(:func:`set_hooks`): one that applies a user function to a batch, one that runs user
+``reduce`` logic on accumulated moments, and one that warns about a loop still changing
+after many iterations. Each ``objmode`` block lives in a tiny function of its own: a
+function holding one is compiled in several passes (the block is lifted out), so
+keeping them small keeps that cheap. They sit in this module of their own so that the
+loop kernels (:mod:`ddnumba.kernels.seqloop`) and the runtime share them.
+"""
+from numba import njit, objmode
+
+__all__ = ["set_hooks"]
+
+# Python hooks called from objmode: [batch callback, logic callback, warning].
+_HOOKS = [None, None, None]
+
+
+def set_hooks(batch_cb, logic_cb, warn_cb):
+    """Install the Python functions the compiled code calls back (see ddnumba.native)."""
+    _HOOKS[0] = batch_cb
+    _HOOKS[1] = logic_cb
+    _HOOKS[2] = warn_cb
+
+
+def _py_batch(node, data, times, diffs):
+    return _HOOKS[0](node, data, times, diffs)
+
+
+def _py_logic(node, mom_offs, acc_vals, acc_counts):
+    return _HOOKS[1](node, mom_offs, acc_vals, acc_counts)
+
+
+def _py_warn(loop, k):
+    _HOOKS[2](loop, k)
+
+
+@njit(cache=True)
+def _cb_batch(n, d0, t0, f0):
+    with objmode(d="int64[:, ::1]", t="int64[:, ::1]", f="int64[::1]"):
+        d, t, f = _py_batch(n, d0, t0, f0)
+    return d, t, f
+
+
+@njit(cache=True)
+def _cb_logic(n, mom_offs, acc_vals, acc_counts):
+    with objmode(w_offs="int64[::1]", w_vals="int64[:, ::1]", w_counts="int64[::1]"):
+        w_offs, w_vals, w_counts = _py_logic(n, mom_offs, acc_vals, acc_counts)
+    return w_offs, w_vals, w_counts
+
+
+@njit(cache=True)
+def _cb_warn(loop, k):
+    with objmode():
+        _py_warn(loop, k)

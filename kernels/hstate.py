@@ -1,0 +1,531 @@
+"""Hashed state: compacted per-key histories of a loop run one outer time at a time.
+
+A *sequential* loop (:mod:`ddnumba.kernels.seqloop`) processes the outer times of a
+run in order, each to its fixed point. Every update it has seen is then at an outer
+time no later than the current one, and all such times are indistinguishable from
+here on (the outer time is totally ordered and only later times remain to be
+processed): compaction folds them all into "now". What is left of a time ``(t, i)``
+is its iteration ``i``. A trace therefore stores, per key, a short list of entries
+``(val, iteration, diff)`` -- fully compacted at every moment, with no outer times
+and nothing to merge.
+
+Layout. All the traces of one loop share one open-addressing hash table and one
+arena (so that a compiled loop passes three arrays around, whatever the number of
+traces):
+
+* ``tab[cap, KW + 6]``: one row per (trace, key): ``tag`` (the trace's id plus one;
+  0 is an empty slot), the key padded to ``KW`` words, two *blocks* in the arena
+  (offset and length each: block 0 holds the trace, block 1 the output of a reduce
+  that is the trace's only reader, so that one lookup finds both; a block's capacity
+  is its length rounded up to a power of two) and a *stamp* (used by a reduce to
+  evaluate a key once a round). With keys of two words a row is 64 bytes. Rows are found by
+  linear probing from a hash of the key words only, so the rows of one key in
+  different traces (a join's two inputs) sit next to each other.
+* ``arena[acap, VW + 2]``: entries ``(vals padded to VW, iteration, diff)``; a key's
+  block is sorted by ``(vals, iteration)`` with no zero diff and no two entries at
+  the same ``(vals, iteration)``.
+* ``meta``: counters (rows used, arena top, garbage, live entries, empty rows, epoch).
+
+Blocks grow by relocation to the arena top (the old space becomes garbage); the
+arena is compacted when garbage outweighs live entries, and :func:`gc` drops the
+rows of keys whose history cancelled out, so memory follows the live state.
+
+Kernels that touch state are *leaves* (:func:`ddnumba.kernels.rows.leaf`, no
+reference counting); they cannot allocate, so every operation is planned first
+(rows and arena entries it may need), the wrapper grows the arrays, then the leaf
+applies it. Diff sums are checked: an overflow is reported, never wrapped.
+"""
+import numpy as np
+from numba import njit
+
+from .rows import add_checked, leaf
+
+__all__ = ["new_state", "insert_delta", "gc", "find_rows", "read_key", "records",
+           "M_ROWS", "M_TOP", "M_GARB", "M_LIVE", "M_EMPTY", "M_EPOCH"]
+
+M_ROWS = 0      # occupied table rows
+M_TOP = 1       # arena entries allocated (top of the bump allocator)
+M_GARB = 2      # arena entries no block uses any more
+M_LIVE = 3      # entries in blocks (the state's records)
+M_EMPTY = 4     # occupied rows whose blocks are both empty
+M_EPOCH = 5     # a counter the executor bumps every round (reduce stamps)
+M_KW = 6        # KW: key words per row
+M_VW = 7        # VW: value words per entry
+META_LEN = 8
+
+OVERFLOW = -1   # code: a diff sum overflows int64
+
+RW_EXTRA = 6    # row words besides the key: tag, 2 x (offset, length), stamp
+
+_LOAD_NUM = 3   # at most 3/4 of the table's rows are occupied
+_LOAD_DEN = 4
+
+
+def new_state(kw_max, vw_max, rows=16, entries=64):
+    """An empty state for keys of at most ``kw_max`` words and values of at most
+    ``vw_max`` words: ``(tab, arena, meta)``."""
+    cap = 16
+    while cap * _LOAD_NUM < rows * _LOAD_DEN:
+        cap *= 2
+    tab = np.zeros((cap, kw_max + RW_EXTRA), np.int64)
+    arena = np.zeros((max(entries, 16), vw_max + 2), np.int64)
+    meta = np.zeros(META_LEN, np.int64)
+    meta[M_KW] = kw_max
+    meta[M_VW] = vw_max
+    return tab, arena, meta
+
+
+# ------------------------------------------------------------------------ hashing
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _hash(src, i, c0, kw, KW):
+    """A 64-bit mix of ``src[i, c0:c0 + kw]`` padded with zeros to ``KW`` words (as
+    a table row stores it), as a non-negative int64."""
+    h = np.uint64(0x9E3779B97F4A7C15)
+    for c in range(KW):
+        x = src[i, c0 + c] if c < kw else np.int64(0)
+        h = (h ^ np.uint64(x)) * np.uint64(0xBF58476D1CE4E5B9)
+        h = h ^ (h >> np.uint64(31))
+    h = h * np.uint64(0x94D049BB133111EB)
+    h = h ^ (h >> np.uint64(29))
+    return np.int64(h >> np.uint64(1))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _find(tab, tag, src, i, c0, kw):
+    """The row of ``(tag, src[i, c0:c0 + kw])``, or ``-1 - slot`` (the empty slot where
+    it would go) when absent."""
+    mask = tab.shape[0] - 1
+    b = _hash(src, i, c0, kw, tab.shape[1] - RW_EXTRA) & mask
+    while True:
+        t = tab[b, 0]
+        if t == 0:
+            return -1 - b
+        if t == tag:
+            same = True
+            for c in range(kw):
+                if tab[b, 1 + c] != src[i, c0 + c]:
+                    same = False
+                    break
+            if same:
+                return b
+        b = (b + 1) & mask
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _new_row(tab, meta, slot, tag, src, i, c0, kw):
+    KW = tab.shape[1] - RW_EXTRA
+    tab[slot, 0] = tag
+    for c in range(kw):
+        tab[slot, 1 + c] = src[i, c0 + c]
+    for c in range(kw, KW):
+        tab[slot, 1 + c] = 0
+    for b in range(2):
+        tab[slot, KW + 1 + 2 * b] = -1
+        tab[slot, KW + 2 + 2 * b] = 0
+    tab[slot, KW + 5] = -1
+    meta[M_ROWS] += 1
+    meta[M_EMPTY] += 1
+    return slot
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _set_len(tab, meta, row, blk, ln):
+    """Set a block's length, keeping the count of empty rows."""
+    KW = tab.shape[1] - RW_EXTRA
+    c = KW + 2 + 2 * blk
+    o = KW + 4 - 2 * blk        # the other block's length
+    was = tab[row, c] + tab[row, o]
+    tab[row, c] = ln
+    now = ln + tab[row, o]
+    if was == 0 and now > 0:
+        meta[M_EMPTY] -= 1
+    elif was > 0 and now == 0:
+        meta[M_EMPTY] += 1
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _same_key(a, i, ca, b, j, cb, kw):
+    for c in range(kw):
+        if a[i, ca + c] != b[j, cb + c]:
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _cap(n):
+    """A block's capacity: its length rounded up to a power of two (0 for none)."""
+    if n <= 0:
+        return np.int64(0)
+    c = np.int64(1)
+    while c < n:
+        c <<= 1
+    return c
+
+
+# ------------------------------------------------------------------------ growth
+
+
+@njit(cache=True, nogil=True)
+def _rehash(tab, cap):
+    """``tab``'s rows in a table of ``cap`` slots (a power of two)."""
+    KW = tab.shape[1] - RW_EXTRA
+    out = np.zeros((cap, tab.shape[1]), np.int64)
+    mask = cap - 1
+    for r in range(tab.shape[0]):
+        if tab[r, 0] == 0:
+            continue
+        b = _hash(tab, r, 1, KW, KW) & mask
+        while out[b, 0] != 0:
+            b = (b + 1) & mask
+        for c in range(tab.shape[1]):
+            out[b, c] = tab[r, c]
+    return out
+
+
+@njit(cache=True, nogil=True)
+def ensure_rows(tab, meta, more):
+    """``tab``, or a larger copy, with room for ``more`` new rows at the load bound."""
+    need = (meta[M_ROWS] + more) * _LOAD_DEN
+    cap = tab.shape[0]
+    if need <= cap * _LOAD_NUM:
+        return tab
+    while cap * _LOAD_NUM < need:
+        cap *= 2
+    return _rehash(tab, cap)
+
+
+@njit(cache=True, nogil=True)
+def _compact_into(tab, arena, out):
+    """Copy every non-empty block into ``out`` back to back (each taking its
+    capacity); rows get their new offsets. Returns the new top."""
+    KW = tab.shape[1] - RW_EXTRA
+    top = np.int64(0)
+    ew = arena.shape[1]
+    for r in range(tab.shape[0]):
+        if tab[r, 0] == 0:
+            continue
+        for b in range(2):
+            c = KW + 1 + 2 * b
+            ln = tab[r, c + 1]
+            if ln == 0:
+                tab[r, c] = -1
+                continue
+            off = tab[r, c]
+            for e in range(ln):
+                for q in range(ew):
+                    out[top + e, q] = arena[off + e, q]
+            tab[r, c] = top
+            top += _cap(ln)
+    return top
+
+
+@njit(cache=True, nogil=True)
+def ensure_entries(tab, arena, meta, more):
+    """``arena``, or a new one, with room for ``more`` entries at its top. When most
+    of the arena is garbage, blocks are compacted into the new one instead of growing
+    it."""
+    if meta[M_TOP] + more <= arena.shape[0]:
+        return arena
+    live = meta[M_LIVE]
+    if meta[M_GARB] >= live:
+        size = max(np.int64(16), 2 * (2 * live + more))
+        out = np.zeros((size, arena.shape[1]), np.int64)
+        meta[M_TOP] = _compact_into(tab, arena, out)
+        meta[M_GARB] = 0
+        return out
+    size = max(2 * arena.shape[0], meta[M_TOP] + more + (meta[M_TOP] >> 1))
+    out = np.zeros((size, arena.shape[1]), np.int64)
+    top = meta[M_TOP]
+    out[:top] = arena[:top]
+    return out
+
+
+@njit(cache=True, nogil=True)
+def gc(tab, arena, meta):
+    """Drop the rows whose blocks are both empty and compact the arena, when either
+    is mostly waste. Returns ``(tab, arena)`` (new arrays when something was done).
+    Run between outer times only: stamps of dropped rows are lost."""
+    KW = tab.shape[1] - RW_EXTRA
+    rows = meta[M_ROWS]
+    empty = meta[M_EMPTY]
+    if empty * 2 > rows and rows > 64:
+        keep = rows - empty
+        cap = 16
+        while cap * _LOAD_NUM < keep * _LOAD_DEN * 2:
+            cap *= 2
+        out = np.zeros((cap, tab.shape[1]), np.int64)
+        mask = cap - 1
+        for r in range(tab.shape[0]):
+            if tab[r, 0] == 0:
+                continue
+            if tab[r, KW + 2] == 0 and tab[r, KW + 4] == 0:
+                continue
+            b = _hash(tab, r, 1, KW, KW) & mask
+            while out[b, 0] != 0:
+                b = (b + 1) & mask
+            for c in range(tab.shape[1]):
+                out[b, c] = tab[r, c]
+        tab = out
+        meta[M_ROWS] = keep
+        meta[M_EMPTY] = 0
+    if meta[M_GARB] > meta[M_LIVE] and meta[M_TOP] > 1024:
+        out_a = np.zeros((max(np.int64(16), 2 * meta[M_LIVE] + (meta[M_LIVE] >> 1)),
+                          arena.shape[1]), np.int64)
+        meta[M_TOP] = _compact_into(tab, arena, out_a)
+        meta[M_GARB] = 0
+        arena = out_a
+    return tab, arena
+
+
+# ------------------------------------------------------------------ block updates
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _cmp_entry(arena, e, src, x, c0, vw, it):
+    """Compare arena entry ``e`` with ``(src[x, c0:c0 + vw], it)``: -1, 0, 1."""
+    for c in range(vw):
+        a = arena[e, c]
+        b = src[x, c0 + c]
+        if a < b:
+            return -1
+        if a > b:
+            return 1
+    a = arena[e, arena.shape[1] - 2]
+    if a < it:
+        return -1
+    if a > it:
+        return 1
+    return 0
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _block_need(tab, row, blk, m):
+    """Arena entries that adding ``m`` entries to a block may take (0: in place)."""
+    if row < 0:
+        return _cap(m)
+    KW = tab.shape[1] - RW_EXTRA
+    ln = tab[row, KW + 2 + 2 * blk]
+    if ln + m > _cap(ln) or m > 8:
+        return _cap(ln + m)
+    return np.int64(0)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _block_add(tab, arena, meta, row, blk, src, x0, x1, c0, vw, dcol, it):
+    """Add entries ``(src[x, c0:c0 + vw], it)`` with diff ``src[x, dcol]``, for ``x0 <=
+    x < x1`` (vals ascending and distinct), to block ``blk`` of ``row``. The arena
+    must have room (:func:`_block_need`). Returns 0 or OVERFLOW."""
+    KW = tab.shape[1] - RW_EXTRA
+    EW = arena.shape[1]
+    IT = EW - 2
+    DF = EW - 1
+    cb = KW + 1 + 2 * blk
+    off = tab[row, cb]
+    ln = tab[row, cb + 1]
+    cp = _cap(ln)
+    m = x1 - x0
+    if ln + m <= cp and m <= 8:
+        # in place, entry by entry (blocks are short)
+        for x in range(x0, x1):
+            pos = np.int64(0)
+            found = False
+            while pos < ln:
+                c = _cmp_entry(arena, off + pos, src, x, c0, vw, it)
+                if c == 0:
+                    found = True
+                    break
+                if c > 0:
+                    break
+                pos += 1
+            if found:
+                s, ov = add_checked(arena[off + pos, DF], src[x, dcol])
+                if ov:
+                    return OVERFLOW
+                if s == 0:
+                    for q in range(off + pos, off + ln - 1):
+                        for c in range(EW):
+                            arena[q, c] = arena[q + 1, c]
+                    ln -= 1
+                    meta[M_LIVE] -= 1
+                    meta[M_GARB] += cp - _cap(ln)      # the tail no longer owned
+                    cp = _cap(ln)
+                else:
+                    arena[off + pos, DF] = s
+            else:
+                q = off + ln
+                while q > off + pos:
+                    for c in range(EW):
+                        arena[q, c] = arena[q - 1, c]
+                    q -= 1
+                for c in range(vw):
+                    arena[off + pos, c] = src[x, c0 + c]
+                for c in range(vw, IT):
+                    arena[off + pos, c] = 0
+                arena[off + pos, IT] = it
+                arena[off + pos, DF] = src[x, dcol]
+                ln += 1
+                meta[M_LIVE] += 1
+    else:
+        # merge into a fresh block at the top
+        ncap = _cap(ln + m)
+        noff = meta[M_TOP]
+        meta[M_TOP] = noff + ncap
+        a = np.int64(0)
+        x = x0
+        o = noff
+        while a < ln or x < x1:
+            if x >= x1:
+                c = -1
+            elif a >= ln:
+                c = 1
+            else:
+                c = _cmp_entry(arena, off + a, src, x, c0, vw, it)
+            if c < 0:
+                for q in range(EW):
+                    arena[o, q] = arena[off + a, q]
+                a += 1
+                o += 1
+            elif c > 0:
+                for q in range(vw):
+                    arena[o, q] = src[x, c0 + q]
+                for q in range(vw, IT):
+                    arena[o, q] = 0
+                arena[o, IT] = it
+                arena[o, DF] = src[x, dcol]
+                x += 1
+                o += 1
+            else:
+                s, ov = add_checked(arena[off + a, DF], src[x, dcol])
+                if ov:
+                    return OVERFLOW
+                if s != 0:
+                    for q in range(EW):
+                        arena[o, q] = arena[off + a, q]
+                    arena[o, DF] = s
+                    o += 1
+                a += 1
+                x += 1
+        nl = o - noff
+        meta[M_GARB] += cp + ncap - _cap(nl)
+        meta[M_LIVE] += nl - ln
+        ln = nl
+        tab[row, cb] = noff
+    _set_len(tab, meta, row, blk, ln)
+    return 0
+
+
+# ------------------------------------------------------------------ delta insertion
+#
+# A *delta* is a buffer of rows ``(iteration, diff, key, vals)`` sorted by (key,
+# vals), consolidated; the executor's buffers share this layout (kernels.seqloop).
+
+
+@leaf
+def _ins_plan(tab, tag, blk, dd, n, kw, need):
+    """Rows and arena entries that inserting the key groups of delta ``dd[:n]`` into
+    block ``blk`` of trace ``tag`` may take: adds to ``need[0]`` (rows) and
+    ``need[1]`` (entries)."""
+    r = np.int64(0)
+    while r < n:
+        e = r + 1
+        while e < n and _same_key(dd, r, 2, dd, e, 2, kw):
+            e += 1
+        row = _find(tab, tag, dd, r, 2, kw)
+        if row < 0:
+            need[0] += 1
+            need[1] += _cap(e - r)
+        else:
+            need[1] += _block_need(tab, row, blk, e - r)
+        r = e
+
+
+@leaf
+def _ins_apply(tab, arena, meta, tag, blk, dd, n, kw, vw, it):
+    """Add delta ``dd[:n]`` at iteration ``it`` to block ``blk`` of trace ``tag``, space
+    planned by :func:`_ins_plan`. Returns 0 or OVERFLOW (the state is then
+    inconsistent: the caller raises)."""
+    r = np.int64(0)
+    while r < n:
+        e = r + 1
+        while e < n and _same_key(dd, r, 2, dd, e, 2, kw):
+            e += 1
+        row = _find(tab, tag, dd, r, 2, kw)
+        if row < 0:
+            row = _new_row(tab, meta, -1 - row, tag, dd, r, 2, kw)
+        if _block_add(tab, arena, meta, row, blk, dd, r, e, 2 + kw, vw, 1, it) != 0:
+            return OVERFLOW
+        r = e
+    return 0
+
+
+@njit(cache=True, nogil=True)
+def insert_delta(tab, arena, meta, tag, blk, dd, n, kw, vw, it, what):
+    """Add the delta ``dd[:n]`` (rows ``(iteration, diff, key, vals)`` sorted by key
+    and vals, consolidated) at iteration ``it`` to block ``blk`` of trace ``tag``.
+    Returns ``(tab, arena)``, grown if needed. Raises ``OverflowError`` (message
+    ``what``) when a diff sum leaves int64."""
+    if n == 0:
+        return tab, arena
+    need = np.zeros(2, np.int64)
+    _ins_plan(tab, tag, blk, dd, n, kw, need)
+    tab = ensure_rows(tab, meta, need[0])
+    arena = ensure_entries(tab, arena, meta, need[1])
+    if _ins_apply(tab, arena, meta, tag, blk, dd, n, kw, vw, it) != 0:
+        raise OverflowError(what)
+    return tab, arena
+
+
+# ------------------------------------------------------------------------ reading
+
+
+@njit(cache=True, nogil=True)
+def find_rows(tab, tag, keys, kw):
+    """Row of every key of ``keys`` in trace ``tag`` (-1 where absent)."""
+    out = np.empty(keys.shape[0], np.int64)
+    for i in range(keys.shape[0]):
+        r = _find(tab, tag, keys, i, 0, kw)
+        out[i] = r if r >= 0 else -1
+    return out
+
+
+@njit(cache=True, nogil=True)
+def read_key(tab, arena, row, blk):
+    """The entries of a row's block (a copy): ``(vals padded, iteration, diff)``."""
+    KW = tab.shape[1] - RW_EXTRA
+    if row < 0:
+        return np.empty((0, arena.shape[1]), np.int64)
+    off = tab[row, KW + 1 + 2 * blk]
+    ln = tab[row, KW + 2 + 2 * blk]
+    return arena[off:off + ln].copy()
+
+
+@njit(cache=True, nogil=True)
+def dump(tab, arena, tag, kw, blk):
+    """Every entry of block ``blk`` of trace ``tag`` as ``(keys[n, kw], entries[n,
+    VW + 2])``, in table order (for tests and statistics)."""
+    KW = tab.shape[1] - RW_EXTRA
+    n = np.int64(0)
+    for r in range(tab.shape[0]):
+        if tab[r, 0] == tag:
+            n += tab[r, KW + 2 + 2 * blk]
+    keys = np.empty((n, kw), np.int64)
+    ents = np.empty((n, arena.shape[1]), np.int64)
+    o = np.int64(0)
+    for r in range(tab.shape[0]):
+        if tab[r, 0] != tag:
+            continue
+        off = tab[r, KW + 1 + 2 * blk]
+        for e in range(tab[r, KW + 2 + 2 * blk]):
+            for c in range(kw):
+                keys[o, c] = tab[r, 1 + c]
+            for c in range(arena.shape[1]):
+                ents[o, c] = arena[off + e, c]
+            o += 1
+    return keys, ents
+
+
+def records(meta):
+    """Entries held (the state's size in updates)."""
+    return int(meta[M_LIVE])

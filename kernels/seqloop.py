@@ -1,0 +1,1068 @@
+"""Sequential loops: a loop run one outer time after another, over hashed state.
+
+The round-wise runtime (:mod:`ddnumba.kernels.runtime`) runs a loop's rounds over
+all the outer times of a run at once: inside the run those times stay distinct, so
+each round re-reads every key's history of the whole run, and the traces only
+compact once the run is over. This module runs a loop instead *one outer time at a
+time*, each to its fixed point. Every update seen before is then at an outer time no
+later than the current one, and no time still to be processed can tell those apart:
+compacted, a trace is, per key, a short list of entries ``(vals, iteration, diff)``
+(:mod:`ddnumba.kernels.hstate`), never longer than the key's distinct iterations.
+Both orders visit the same lattice of ``(time, iteration)`` and produce the same
+updates at the same times.
+
+The loop program. :mod:`ddnumba.native` compiles a loop into *local nodes* in
+schedule order -- enters, arrangements, joins, reduces, consolidates and feedbacks,
+plus the leaves that take its results out -- and *routes*: the linear operators
+between them (projections, concatenations, negations) fold into a route from an
+emitting node to a *sink* (an arrangement, consolidate, feedback or leave), a column
+map with a sign and an iteration shift (+1 into a feedback). Emitting writes each
+route's rows into its sink's queue; nothing else happens between stateful operators.
+
+Buffers. Every queue and scratch area is a 2-D int64 buffer of rows ``(iteration,
+diff, data...)`` (a leave's rows also carry the outer time last), with a row count
+and, for queues, the least iteration queued. Buffers grow and are reused from run to
+run: a round allocates nothing in the common case.
+
+A round ``j`` of outer time ``t`` steps the local nodes in order:
+
+* an *arrangement* takes its queued rows at iteration ``j`` into its *delta*, sorted
+  by data and consolidated. When its only reader is a reduce or a join (whose other
+  input is also its own), that reader inserts the delta into the trace; otherwise
+  it is inserted when the round ends, after every reader has read the trace;
+* a *join* pairs ``dL x R + L x dR + dL x dR`` (``L``, ``R`` before the round); a
+  delta update at ``j`` meets a trace entry at iteration ``i`` at ``max(j, i)``, so
+  pairs with entries of later iterations are queued for later rounds. A join that
+  owns both its arrangements inserts ``dL`` into ``L`` before pairing ``dR`` with
+  ``L`` (the ``dL x dR`` pairs come with it);
+* a *reduce* evaluates every key of its arrangement's delta and every key scheduled
+  for ``j``: the input accumulated at iterations ``<= j`` goes through the logic and
+  the output accumulated at ``<= j`` is corrected to it, at ``j``. A key evaluated at
+  ``j`` must be evaluated again at every later iteration of its input or output
+  history (the joins of ``(t, j)`` with history times ``(s, i)``, ``s <= t``, are
+  ``(t, max(i, j))``): it is scheduled for the least such iteration only, and that
+  evaluation schedules the next. A stamp per key (the round's epoch) makes each key
+  evaluated once a round. Built-in logic only (``count``, ``sum``, ``min``, ``max``,
+  ``distinct``, ``top_k``, the conventions of :mod:`ddnumba.kernels.reduce`);
+* a *consolidate* or *feedback* takes its rows at ``j``, consolidates them and
+  emits them.
+
+The time is done when no queue holds anything; the next round is the least iteration
+queued. A loop that keeps changing hits its ``max_iterations`` (the executor reports
+it) or, without one, warns once past iteration 10,000.
+
+Per-key work is in *leaf* kernels (:func:`ddnumba.kernels.rows.leaf`: no reference
+counting, no allocation); when a buffer, the table or the arena is too small they stop
+before touching the key and report, and their wrapper grows it and resumes there.
+"""
+import numpy as np
+from numba import njit
+
+from .batch import sort_consolidate
+from .hooks import _cb_warn
+from .hstate import (M_EPOCH, M_TOP, OVERFLOW, RW_EXTRA, _block_add, _block_need,
+                     _find, _new_row, ensure_entries, ensure_rows, insert_delta)
+from .rows import add_checked, leaf, mul_checked
+
+__all__ = ["run_times", "pack", "NPW", "RTW"]
+
+INF = np.iinfo(np.int64).max
+I64_MIN = np.iinfo(np.int64).min
+
+# Local node kinds.
+S_ENTER = 0
+S_ARRANGE = 1
+S_JOIN = 2
+S_REDUCE = 3
+S_CONSOL = 4
+S_FEEDBACK = 5
+S_LEAVE = 6
+
+# Node parameters (columns of the node matrix).
+P_KIND = 0
+P_NODE = 1      # global node id (statistics)
+P_W = 2         # row width: input data (arrange, consolidate, feedback, enter, leave),
+                # output data (join, reduce)
+P_Q = 3         # queue buffer (arrange, consolidate, feedback; reduce: scheduled keys;
+                # leave: its output)
+P_D = 4         # delta buffer (arrange, consolidate, feedback), output scratch (join,
+                # reduce), staging (enter)
+P_ROFF = 5      # first route
+P_RN = 6        # number of routes
+# arrange
+P_TAG = 7       # trace tag
+P_KW = 8        # key width
+P_FUSED = 9     # 1: its reader inserts the delta (else the round's end)
+# join
+P_LEFT = 7      # local id of the left arrangement
+P_RIGHT = 8
+P_JKW = 9
+P_JFUSED = 10   # 1: the join inserts both deltas
+# reduce
+P_ARR = 7       # local id of the arrangement
+P_TAG_IN = 8
+P_TAG_OUT = 9
+P_BLK = 10      # block of the output (1: same row as the input, the reduce inserts
+                # the arrangement's delta)
+P_RKW = 11
+P_VW = 12
+P_OW = 13
+P_LOGIC = 14
+P_LPARAM = 15
+P_SCHED = 16    # scratch: the keys scheduled for this round
+P_ACC = 17      # scratch: accumulated input (count, vals)
+P_DES = 18      # scratch: desired output (count, vals)
+P_CUR = 19      # scratch: current output (count, vals)
+# enter
+P_ENTER = 7     # index of the enter's updates in the run's list
+NPW = 20
+
+# Route parameters.
+R_SINK = 0      # local id of the sink
+R_SIGN = 1      # +1 or -1
+R_SHIFT = 2     # added to the iteration
+R_POFF = 3      # projection: columns (of the emitted data) at proj[POFF:POFF + PLEN]
+R_PLEN = 4
+R_COFF = 5      # linear nodes passed (statistics): chain[COFF:COFF + CLEN]
+R_CLEN = 6
+R_BUF = 7       # the sink's queue buffer
+R_LEAVE = 8     # 1: the sink is a leave (rows carry the outer time)
+RTW = 9
+
+# Program fields.
+F_NODES = 0
+F_ROUTES = 1
+F_PROJ = 2
+F_CHAIN = 3
+F_QUEUES = 4    # buffers whose least iteration decides the next round
+F_MISC = 5      # [loop index, max iterations (-1: none)]
+N_FIELDS = 6
+
+# Reduce logic codes (as kernels.runtime).
+L_COUNT = 1
+L_SUM = 2
+L_MIN = 3
+L_MAX = 4
+L_DISTINCT = 5
+L_TOP_K = 6
+
+# Leaf return codes.
+DONE = 0
+NEED_SCRATCH = -2
+NEED_OUT = -3
+NEED_ARENA = -4
+OVF_IN = -5        # a sum of input diffs
+OVF_LOGIC = -6     # count / sum
+OVF_CORR = -7      # a correction
+OVF_PAIR = -8      # a join product
+
+# Status codes (as kernels.runtime).
+OK = 0
+ITERATION_LIMIT = 1
+
+
+def pack(fields):
+    """Pack the loop program's arrays (in field order) into one int64 array."""
+    assert len(fields) == N_FIELDS
+    flat = [np.ascontiguousarray(f, dtype=np.int64).reshape(-1) for f in fields]
+    offs = np.zeros(N_FIELDS + 1, np.int64)
+    pos = N_FIELDS + 1
+    for i, f in enumerate(flat):
+        offs[i] = pos
+        pos += f.shape[0]
+    offs[N_FIELDS] = pos
+    return np.ascontiguousarray(np.concatenate([offs] + flat))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _fld(lp, i):
+    return lp[lp[i]:lp[i + 1]]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _nodes(lp):
+    a = lp[lp[F_NODES]:lp[F_NODES + 1]]
+    return a.reshape((a.shape[0] // NPW, NPW))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _routes(lp):
+    a = lp[lp[F_ROUTES]:lp[F_ROUTES + 1]]
+    return a.reshape((a.shape[0] // RTW, RTW))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _same(a, i, ca, b, j, cb, kw):
+    for c in range(kw):
+        if a[i, ca + c] != b[j, cb + c]:
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _cmp(a, i, ca, b, j, cb, w):
+    for c in range(w):
+        x = a[i, ca + c]
+        y = b[j, cb + c]
+        if x < y:
+            return -1
+        if x > y:
+            return 1
+    return 0
+
+
+# --------------------------------------------------------------------------- buffers
+
+
+@njit(cache=True, nogil=True)
+def _grown(buf, keep, need):
+    """``buf`` with room for ``need`` rows (a copy of its first ``keep`` rows if it
+    had to grow)."""
+    if need <= buf.shape[0]:
+        return buf
+    cap = max(2 * buf.shape[0], need, 16)
+    out = np.empty((cap, buf.shape[1]), np.int64)
+    out[:keep] = buf[:keep]
+    return out
+
+
+@leaf
+def _route_copy(src, n, dst, o, proj, poff, plen, sign, shift, t, leave):
+    """Rows ``src[:n]`` through a route into ``dst`` from row ``o``; returns the least
+    iteration written (INF for none), or -1 when a negation overflows."""
+    best = INF
+    for r in range(n):
+        it = src[r, 0] + shift
+        dst[o + r, 0] = it
+        if it < best:
+            best = it
+        f = src[r, 1]
+        if sign < 0:
+            if f == I64_MIN:
+                return -1
+            f = -f
+        dst[o + r, 1] = f
+        for c in range(plen):
+            dst[o + r, 2 + c] = src[r, 2 + proj[poff + c]]
+        if leave:
+            dst[o + r, 2 + plen] = t
+    return best
+
+
+@njit(cache=True, nogil=True)
+def _emit(lp, bufs, bn, bmin, stats, ln, src, n, t):
+    """Send rows ``src[:n]`` of local node ``ln`` along its routes."""
+    if n == 0:
+        return
+    nodes = _nodes(lp)
+    routes = _routes(lp)
+    proj = _fld(lp, F_PROJ)
+    chain = _fld(lp, F_CHAIN)
+    stats[nodes[ln, P_NODE], 2] += n
+    for r in range(nodes[ln, P_ROFF], nodes[ln, P_ROFF] + nodes[ln, P_RN]):
+        q = routes[r, R_BUF]
+        dst = bufs[q]
+        if bn[q] + n > dst.shape[0]:
+            dst = _grown(dst, bn[q], bn[q] + n)
+            bufs[q] = dst
+        best = _route_copy(src, n, dst, bn[q], proj, routes[r, R_POFF], routes[r, R_PLEN],
+                           routes[r, R_SIGN], routes[r, R_SHIFT], t, routes[r, R_LEAVE] == 1)
+        if best < 0:
+            raise OverflowError("negate: a diff of -2**63 has no int64 negation")
+        bn[q] += n
+        if best < bmin[q]:
+            bmin[q] = best
+        for c in range(routes[r, R_COFF], routes[r, R_COFF] + routes[r, R_CLEN]):
+            g = chain[c]
+            stats[g, 0] += 1
+            stats[g, 1] += n
+            stats[g, 2] += n
+        stats[nodes[routes[r, R_SINK], P_NODE], 1] += n
+
+
+@leaf
+def _take_at(q, n, j, out, res):
+    """Move the rows of ``q[:n]`` at iteration ``j`` to ``out`` (from row 0) and
+    compact the others; ``res`` = (rows moved, rows left, least iteration left)."""
+    a = np.int64(0)
+    k = np.int64(0)
+    best = INF
+    w = q.shape[1]
+    for r in range(n):
+        it = q[r, 0]
+        if it == j:
+            for c in range(w):
+                out[a, c] = q[r, c]
+            a += 1
+        else:
+            if k != r:
+                for c in range(w):
+                    q[k, c] = q[r, c]
+            k += 1
+            if it < best:
+                best = it
+    res[0] = a
+    res[1] = k
+    res[2] = best
+
+
+@njit(cache=True, nogil=True)
+def _take(bufs, bn, bmin, q, d, j):
+    """Rows of queue ``q`` at iteration ``j`` into buffer ``d`` (its count set);
+    returns how many."""
+    n = bn[q]
+    if n == 0 or bmin[q] > j:
+        bn[d] = 0
+        return 0
+    if bmin[q] < j:
+        raise RuntimeError("sequential loop: internal error: a queued update is at an "
+                           "iteration already past")
+    out = bufs[d]
+    if out.shape[0] < n:
+        out = _grown(out, 0, n)
+        bufs[d] = out
+    res = np.empty(3, np.int64)
+    _take_at(bufs[q], n, j, out, res)
+    bn[d] = res[0]
+    bn[q] = res[1]
+    bmin[q] = res[2]
+    return res[0]
+
+
+@leaf
+def _isort_sum(b, n, w):
+    """Sort rows ``b[:n]`` (``(iteration, diff, data[w])``, one iteration) by data,
+    sum equal rows, drop zeros; returns the new count or -1 on overflow."""
+    W = w + 2
+    for i in range(1, n):
+        x = i
+        while x > 0 and _cmp(b, x - 1, 2, b, x, 2, w) > 0:
+            for c in range(W):
+                tmp = b[x, c]
+                b[x, c] = b[x - 1, c]
+                b[x - 1, c] = tmp
+            x -= 1
+    k = np.int64(0)
+    r = np.int64(0)
+    while r < n:
+        s = b[r, 1]
+        e = r + 1
+        while e < n and _same(b, e, 2, b, r, 2, w):
+            s, ov = add_checked(s, b[e, 1])
+            if ov:
+                return -1
+            e += 1
+        if s != 0:
+            if k != r:
+                for c in range(W):
+                    b[k, c] = b[r, c]
+            b[k, 1] = s
+            k += 1
+        r = e
+    return k
+
+
+@njit(cache=True, nogil=True)
+def _consolidate(b, n, w):
+    """Sort and consolidate rows ``b[:n]`` (one iteration) in place; returns the new
+    count."""
+    if n <= 48:
+        k = _isort_sum(b, n, w)
+        if k < 0:
+            raise OverflowError("consolidate: a sum of diffs overflows int64")
+        return k
+    data = np.ascontiguousarray(b[:n, 2:2 + w])
+    times = np.zeros((n, 2), np.int64)
+    for r in range(n):
+        times[r, 1] = b[r, 0]
+    diffs = np.ascontiguousarray(b[:n, 1])
+    d2, t2, f2 = sort_consolidate(data, times, diffs)
+    k = f2.shape[0]
+    for r in range(k):
+        b[r, 0] = t2[r, 1]
+        b[r, 1] = f2[r]
+        for c in range(w):
+            b[r, 2 + c] = d2[r, c]
+    return k
+
+
+# ---------------------------------------------------------------------------- join
+
+
+@leaf
+def _pairs_trace(tab, arena, tag, dd, nd, kw, dvw, ovw, delta_left, j, od, o, pos):
+    """Pairs of delta rows ``dd[pos[0]:nd]`` (``(iteration, diff, key, vals)``, grouped
+    by key) with the entries of trace ``tag`` under the same key, appended to ``od``
+    from row ``o``: ``(max(j, entry's iteration), product, key, left vals, right
+    vals)``. Returns the new count, NEED_OUT (``pos`` = resume row, rows needed, count
+    so far) or OVF_PAIR."""
+    KW = tab.shape[1] - RW_EXTRA
+    IT = arena.shape[1] - 2
+    DF = arena.shape[1] - 1
+    cap = od.shape[0]
+    r = pos[0]
+    off = np.int64(0)
+    ln = np.int64(0)
+    first = True
+    while r < nd:
+        if first or not _same(dd, r, 2, dd, r - 1, 2, kw):
+            row = _find(tab, tag, dd, r, 2, kw)
+            if row >= 0:
+                off = tab[row, KW + 1]
+                ln = tab[row, KW + 2]
+            else:
+                ln = 0
+            first = False
+        if o + ln > cap:
+            pos[0] = r
+            pos[1] = ln
+            pos[2] = o
+            return NEED_OUT
+        d = dd[r, 1]
+        for x in range(ln):
+            e = off + x
+            f, ov = mul_checked(d, arena[e, DF])
+            if ov:
+                return OVF_PAIR
+            it = arena[e, IT]
+            od[o, 0] = it if it > j else j
+            od[o, 1] = f
+            for c in range(kw):
+                od[o, 2 + c] = dd[r, 2 + c]
+            if delta_left:
+                for c in range(dvw):
+                    od[o, 2 + kw + c] = dd[r, 2 + kw + c]
+                for c in range(ovw):
+                    od[o, 2 + kw + dvw + c] = arena[e, c]
+            else:
+                for c in range(ovw):
+                    od[o, 2 + kw + c] = arena[e, c]
+                for c in range(dvw):
+                    od[o, 2 + kw + ovw + c] = dd[r, 2 + kw + c]
+            o += 1
+        r += 1
+    return o
+
+
+_JOIN_OVF = "join: a product of diffs overflows int64 (in a loop)"
+
+
+@njit(cache=True, nogil=True)
+def _join_trace(tab, arena, tag, dd, nd, kw, dvw, ovw, delta_left, j, bufs, ob, o):
+    """:func:`_pairs_trace` over a whole delta, growing output buffer ``ob``."""
+    pos = np.zeros(3, np.int64)
+    while True:
+        od = bufs[ob]
+        r = _pairs_trace(tab, arena, tag, dd, nd, kw, dvw, ovw, delta_left, j, od, o, pos)
+        if r >= 0:
+            return r
+        if r == OVF_PAIR:
+            raise OverflowError(_JOIN_OVF)
+        o = pos[2]
+        bufs[ob] = _grown(od, o, o + max(pos[1], od.shape[0]))
+
+
+@njit(cache=True, nogil=True)
+def _join_deltas(ld, nl, rd, nr, kw, j, bufs, ob, o):
+    """Pairs of two deltas (each grouped by key, keys ascending) at iteration ``j``."""
+    lvw = ld.shape[1] - 2 - kw
+    rvw = rd.shape[1] - 2 - kw
+    a = np.int64(0)
+    b = np.int64(0)
+    while a < nl and b < nr:
+        c = _cmp(ld, a, 2, rd, b, 2, kw)
+        if c < 0:
+            a += 1
+            continue
+        if c > 0:
+            b += 1
+            continue
+        a1 = a + 1
+        while a1 < nl and _same(ld, a1, 2, ld, a, 2, kw):
+            a1 += 1
+        b1 = b + 1
+        while b1 < nr and _same(rd, b1, 2, rd, b, 2, kw):
+            b1 += 1
+        od = bufs[ob]
+        need = o + (a1 - a) * (b1 - b)
+        if need > od.shape[0]:
+            od = _grown(od, o, need)
+            bufs[ob] = od
+        for x in range(a, a1):
+            for y in range(b, b1):
+                f, ov = mul_checked(ld[x, 1], rd[y, 1])
+                if ov:
+                    raise OverflowError(_JOIN_OVF)
+                od[o, 0] = j
+                od[o, 1] = f
+                for c in range(kw + lvw):
+                    od[o, 2 + c] = ld[x, 2 + c]
+                for c in range(rvw):
+                    od[o, 2 + kw + lvw + c] = rd[y, 2 + kw + c]
+                o += 1
+        a = a1
+        b = b1
+    return o
+
+
+@njit(cache=True, nogil=True)
+def _step_join(lp, bufs, bn, bmin, stats, tab, arena, meta, ln, t, j):
+    nodes = _nodes(lp)
+    la = nodes[ln, P_LEFT]
+    ra = nodes[ln, P_RIGHT]
+    dl = nodes[la, P_D]
+    dr = nodes[ra, P_D]
+    nl = bn[dl]
+    nr = bn[dr]
+    if nl == 0 and nr == 0:
+        return tab, arena
+    kw = nodes[ln, P_JKW]
+    lvw = nodes[la, P_W] - kw
+    rvw = nodes[ra, P_W] - kw
+    tl = nodes[la, P_TAG]
+    tr = nodes[ra, P_TAG]
+    ob = nodes[ln, P_D]
+    stats[nodes[ln, P_NODE], 0] += 1
+    stats[nodes[ln, P_NODE], 1] += nl + nr
+    o = np.int64(0)
+    what = "arrange: a count overflows int64 (in a loop)"
+    if nodes[ln, P_JFUSED] == 1:
+        # the join owns both traces: dL x R, L += dL, dR x L (which has dL), R += dR
+        if nl:
+            o = _join_trace(tab, arena, tr, bufs[dl], nl, kw, lvw, rvw, True, j, bufs, ob, o)
+            tab, arena = insert_delta(tab, arena, meta, tl, 0, bufs[dl], nl, kw, lvw, j,
+                                      what)
+        if nr:
+            o = _join_trace(tab, arena, tl, bufs[dr], nr, kw, rvw, lvw, False, j, bufs, ob,
+                            o)
+            tab, arena = insert_delta(tab, arena, meta, tr, 0, bufs[dr], nr, kw, rvw, j,
+                                      what)
+    else:
+        if nl:
+            o = _join_trace(tab, arena, tr, bufs[dl], nl, kw, lvw, rvw, True, j, bufs, ob, o)
+        if nr:
+            o = _join_trace(tab, arena, tl, bufs[dr], nr, kw, rvw, lvw, False, j, bufs, ob,
+                            o)
+            if nl:
+                o = _join_deltas(bufs[dl], nl, bufs[dr], nr, kw, j, bufs, ob, o)
+    _emit(lp, bufs, bn, bmin, stats, ln, bufs[ob], o, t)
+    return tab, arena
+
+
+# -------------------------------------------------------------------------- reduce
+
+
+@leaf
+def _reduce_keys(tab, arena, meta, tag_in, tag_out, blk, kw, vw, ow, logic, lparam, j,
+                 dd, nd, sk, ns, pos, acc, des, cur, cd, nc, sq, qc):
+    """Evaluate a reduce at iteration ``j`` for the key groups of the delta
+    ``dd[:nd]`` (rows ``(j, diff, key, vals)`` sorted by key and vals, consolidated)
+    and then the scheduled keys ``sk[:ns]`` (rows ``(j, 0, key)``), resuming at
+    ``pos[0]`` (a delta row, or ``nd + i`` for the i-th scheduled key).
+
+    Per key: the input accumulated at iterations ``<= j`` (block 0 of the input row
+    plus the delta), the output accumulated so (block ``blk`` of the output row; with
+    ``blk == 1`` input and output share the row, ``tag_in == tag_out``, and the delta
+    is added to block 0 here), the logic, and the corrections: appended to ``cd``
+    (rows ``(j, diff, key, out vals)``, ``nc[0]`` rows) and added to the output block.
+    The least iteration after ``j`` in either history is appended to the schedule
+    queue ``sq`` (``qc`` = its row count and least iteration).
+
+    Returns DONE, NEED_SCRATCH / NEED_OUT / NEED_ARENA (``pos[1]`` = amount needed;
+    nothing of the key was changed) or an overflow code."""
+    KW = tab.shape[1] - RW_EXTRA
+    IT = arena.shape[1] - 2
+    DF = arena.shape[1] - 1
+    epoch = meta[M_EPOCH]
+    total = nd + ns
+    fused = blk == 1
+    ob = KW + 1 + 2 * blk
+    while pos[0] < total:
+        p0 = pos[0]
+        if p0 < nd:
+            src = dd
+            si = p0
+            e = p0 + 1
+            while e < nd and _same(dd, e, 2, dd, p0, 2, kw):
+                e += 1
+            m = e - p0
+        else:
+            src = sk
+            si = p0 - nd
+            e = p0 + 1
+            m = np.int64(0)
+        if fused:
+            row_in = _find(tab, tag_in, src, si, 2, kw)
+            if row_in < 0:
+                if m == 0:
+                    pos[0] = e          # scheduled, but its history is gone
+                    continue
+                row_in = _new_row(tab, meta, -1 - row_in, tag_in, src, si, 2, kw)
+            row_out = row_in
+        else:
+            row_out = _find(tab, tag_out, src, si, 2, kw)
+            if row_out < 0:
+                row_out = _new_row(tab, meta, -1 - row_out, tag_out, src, si, 2, kw)
+            row_in = _find(tab, tag_in, src, si, 2, kw)
+        if tab[row_out, KW + 5] == epoch:
+            pos[0] = e
+            continue
+        off_in = np.int64(0)
+        ln_in = np.int64(0)
+        if row_in >= 0:
+            off_in = tab[row_in, KW + 1]
+            ln_in = tab[row_in, KW + 2]
+        off_o = tab[row_out, ob]
+        ln_o = tab[row_out, ob + 1]
+        need = max(ln_in + m, ln_o) + 1
+        if need > acc.shape[0] or need > des.shape[0] or need > cur.shape[0]:
+            pos[1] = need
+            return NEED_SCRATCH
+        ncmax = ln_in + m + ln_o + 1
+        if nc[0] + ncmax > cd.shape[0]:
+            pos[1] = ncmax
+            return NEED_OUT
+        ar = _block_need(tab, row_out, blk, ncmax)
+        if fused and m > 0:
+            ar += _block_need(tab, row_in, 0, m)
+        if meta[M_TOP] + ar > arena.shape[0]:
+            pos[1] = ar
+            return NEED_ARENA
+        tab[row_out, KW + 5] = epoch
+        qc[2] += 1
+        nxt = INF
+        if vw == 0 and ow == 0 and (logic == L_DISTINCT or logic == L_TOP_K):
+            # rows without values (distinct of whole rows): one count per side
+            si_ = np.int64(0)
+            for a in range(off_in, off_in + ln_in):
+                it = arena[a, IT]
+                if it <= j:
+                    si_, ov = add_checked(si_, arena[a, DF])
+                    if ov:
+                        return OVF_IN
+                elif it < nxt:
+                    nxt = it
+            if m > 0:
+                si_, ov = add_checked(si_, dd[p0, 1])
+                if ov:
+                    return OVF_IN
+            so_ = np.int64(0)
+            for a in range(off_o, off_o + ln_o):
+                it = arena[a, IT]
+                if it <= j:
+                    so_, ov = add_checked(so_, arena[a, DF])
+                    if ov:
+                        return OVF_IN
+                elif it < nxt:
+                    nxt = it
+            want = np.int64(0)
+            if si_ > 0:
+                want = 1 if logic == L_DISTINCT else min(si_, lparam)
+            o = nc[0]
+            if want != so_:
+                dlt = want - so_
+                if ((want ^ so_) & (want ^ dlt)) < 0:
+                    return OVF_CORR
+                cd[o, 0] = j
+                cd[o, 1] = dlt
+                for q in range(kw):
+                    cd[o, 2 + q] = src[si, 2 + q]
+                nc[0] = o + 1
+                if _block_add(tab, arena, meta, row_out, blk, cd, o, o + 1, 2 + kw, 0, 1,
+                              j) == OVERFLOW:
+                    return OVF_CORR
+            if fused and m > 0:
+                if _block_add(tab, arena, meta, row_in, 0, dd, p0, e, 2 + kw, 0, 1, j) \
+                        == OVERFLOW:
+                    return OVF_IN
+            if nxt != INF:
+                k = qc[0]
+                sq[k, 0] = nxt
+                sq[k, 1] = 0
+                for q in range(kw):
+                    sq[k, 2 + q] = src[si, 2 + q]
+                qc[0] = k + 1
+                if nxt < qc[1]:
+                    qc[1] = nxt
+            pos[0] = e
+            continue
+        # input accumulated at <= j, per vals: the trace's entries and the delta
+        na = np.int64(0)
+        a = off_in
+        a_end = off_in + ln_in
+        x = p0
+        x_end = p0 + m
+        while a < a_end or x < x_end:
+            if x >= x_end:
+                c = -1
+            elif a >= a_end:
+                c = 1
+            else:
+                c = _cmp(arena, a, 0, dd, x, 2 + kw, vw)
+            if c <= 0:
+                for q in range(vw):
+                    acc[na, 1 + q] = arena[a, q]
+            else:
+                for q in range(vw):
+                    acc[na, 1 + q] = dd[x, 2 + kw + q]
+            s = np.int64(0)
+            while a < a_end and _cmp(arena, a, 0, acc, na, 1, vw) == 0:
+                it = arena[a, IT]
+                if it <= j:
+                    s, ov = add_checked(s, arena[a, DF])
+                    if ov:
+                        return OVF_IN
+                elif it < nxt:
+                    nxt = it
+                a += 1
+            if x < x_end and _cmp(dd, x, 2 + kw, acc, na, 1, vw) == 0:
+                s, ov = add_checked(s, dd[x, 1])
+                if ov:
+                    return OVF_IN
+                x += 1
+            if s != 0:
+                acc[na, 0] = s
+                na += 1
+        # output accumulated at <= j
+        nu = np.int64(0)
+        a = off_o
+        a_end = off_o + ln_o
+        while a < a_end:
+            for q in range(ow):
+                cur[nu, 1 + q] = arena[a, q]
+            s = np.int64(0)
+            while a < a_end and _cmp(arena, a, 0, cur, nu, 1, ow) == 0:
+                it = arena[a, IT]
+                if it <= j:
+                    s, ov = add_checked(s, arena[a, DF])
+                    if ov:
+                        return OVF_IN
+                elif it < nxt:
+                    nxt = it
+                a += 1
+            if s != 0:
+                cur[nu, 0] = s
+                nu += 1
+        # desired output
+        nw = np.int64(0)
+        if logic == L_DISTINCT:
+            for i in range(na):
+                if acc[i, 0] > 0:
+                    for q in range(vw):
+                        des[nw, 1 + q] = acc[i, 1 + q]
+                    des[nw, 0] = 1
+                    nw += 1
+        elif logic == L_TOP_K:
+            left = lparam
+            for i in range(na):
+                if left <= 0:
+                    break
+                cc = acc[i, 0]
+                if cc > 0:
+                    for q in range(vw):
+                        des[nw, 1 + q] = acc[i, 1 + q]
+                    tk = cc if cc < left else left
+                    des[nw, 0] = tk
+                    left -= tk
+                    nw += 1
+        elif logic == L_COUNT:
+            if na > 0:
+                s = np.int64(0)
+                for i in range(na):
+                    s, ov = add_checked(s, acc[i, 0])
+                    if ov:
+                        return OVF_LOGIC
+                des[0, 1] = s
+                des[0, 0] = 1
+                nw = 1
+        elif logic == L_SUM:
+            if na > 0:
+                s = np.int64(0)
+                for i in range(na):
+                    pr, o1 = mul_checked(acc[i, 1 + lparam], acc[i, 0])
+                    s, o2 = add_checked(s, pr)
+                    if o1 or o2:
+                        return OVF_LOGIC
+                des[0, 1] = s
+                des[0, 0] = 1
+                nw = 1
+        else:   # L_MIN / L_MAX
+            found = False
+            best = np.int64(0)
+            for i in range(na):
+                if acc[i, 0] > 0:
+                    v = acc[i, 1 + lparam]
+                    if not found or (v > best if logic == L_MAX else v < best):
+                        best = v
+                        found = True
+            if found:
+                des[0, 1] = best
+                des[0, 0] = 1
+                nw = 1
+        # corrections: desired - current, per out vals (both ascending)
+        a = np.int64(0)
+        b = np.int64(0)
+        o = nc[0]
+        c0 = o
+        while a < nw or b < nu:
+            if b >= nu:
+                c = -1
+            elif a >= nw:
+                c = 1
+            else:
+                c = _cmp(des, a, 1, cur, b, 1, ow)
+            if c < 0:
+                dlt = des[a, 0]
+            elif c > 0:
+                if cur[b, 0] == I64_MIN:
+                    return OVF_CORR
+                dlt = -cur[b, 0]
+            else:
+                dlt = des[a, 0] - cur[b, 0]
+                if ((des[a, 0] ^ cur[b, 0]) & (des[a, 0] ^ dlt)) < 0:
+                    return OVF_CORR
+            if dlt != 0:
+                cd[o, 0] = j
+                cd[o, 1] = dlt
+                for q in range(kw):
+                    cd[o, 2 + q] = src[si, 2 + q]
+                if c <= 0:
+                    for q in range(ow):
+                        cd[o, 2 + kw + q] = des[a, 1 + q]
+                else:
+                    for q in range(ow):
+                        cd[o, 2 + kw + q] = cur[b, 1 + q]
+                o += 1
+            if c <= 0:
+                a += 1
+            if c >= 0:
+                b += 1
+        nc[0] = o
+        if o > c0:
+            if _block_add(tab, arena, meta, row_out, blk, cd, c0, o, 2 + kw, ow, 1, j) \
+                    == OVERFLOW:
+                return OVF_CORR
+        if fused and m > 0:
+            if _block_add(tab, arena, meta, row_in, 0, dd, p0, e, 2 + kw, vw, 1, j) \
+                    == OVERFLOW:
+                return OVF_IN
+        if nxt != INF:
+            k = qc[0]
+            sq[k, 0] = nxt
+            sq[k, 1] = 0
+            for q in range(kw):
+                sq[k, 2 + q] = src[si, 2 + q]
+            qc[0] = k + 1
+            if nxt < qc[1]:
+                qc[1] = nxt
+        pos[0] = e
+    return DONE
+
+
+@njit(cache=True, nogil=True)
+def _reduce_overflow(code, logic):
+    name = "reduce"
+    if logic == L_COUNT:
+        name = "count"
+    elif logic == L_SUM:
+        name = "sum"
+    elif logic == L_MIN:
+        name = "min"
+    elif logic == L_MAX:
+        name = "max"
+    elif logic == L_DISTINCT:
+        name = "distinct"
+    elif logic == L_TOP_K:
+        name = "top_k"
+    if code == OVF_IN:
+        raise OverflowError(name + ": a sum of input diffs overflows int64 (in a loop)")
+    if code == OVF_LOGIC:
+        raise OverflowError(name + ": a sum overflows int64 (in a loop)")
+    raise OverflowError(name + ": a correction overflows int64 (in a loop)")
+
+
+@njit(cache=True, nogil=True)
+def _step_reduce(lp, bufs, bn, bmin, stats, tab, arena, meta, ln, t, j):
+    nodes = _nodes(lp)
+    la = nodes[ln, P_ARR]
+    dq = nodes[la, P_D]
+    nd = bn[dq]
+    sq = nodes[ln, P_Q]
+    ss = nodes[ln, P_SCHED]
+    ns = _take(bufs, bn, bmin, sq, ss, j)
+    if nd == 0 and ns == 0:
+        return tab, arena
+    kw = nodes[ln, P_RKW]
+    vw = nodes[ln, P_VW]
+    ow = nodes[ln, P_OW]
+    logic = nodes[ln, P_LOGIC]
+    stats[nodes[ln, P_NODE], 0] += 1
+    tab = ensure_rows(tab, meta, nd + ns)
+    qbuf = bufs[sq]
+    if bn[sq] + nd + ns > qbuf.shape[0]:
+        bufs[sq] = _grown(qbuf, bn[sq], bn[sq] + nd + ns)
+    ob = nodes[ln, P_D]
+    nc = np.zeros(1, np.int64)
+    qc = np.zeros(3, np.int64)
+    qc[0] = bn[sq]
+    qc[1] = bmin[sq]
+    pos = np.zeros(2, np.int64)
+    while True:
+        code = _reduce_keys(tab, arena, meta, nodes[ln, P_TAG_IN], nodes[ln, P_TAG_OUT],
+                            nodes[ln, P_BLK], kw, vw, ow, logic, nodes[ln, P_LPARAM], j,
+                            bufs[dq], nd, bufs[ss], ns, pos, bufs[nodes[ln, P_ACC]],
+                            bufs[nodes[ln, P_DES]], bufs[nodes[ln, P_CUR]], bufs[ob], nc,
+                            bufs[sq], qc)
+        if code == DONE:
+            break
+        if code == NEED_SCRATCH:
+            for b in (P_ACC, P_DES, P_CUR):
+                x = nodes[ln, b]
+                bufs[x] = _grown(bufs[x], 0, pos[1])
+        elif code == NEED_OUT:
+            bufs[ob] = _grown(bufs[ob], nc[0], nc[0] + pos[1])
+        elif code == NEED_ARENA:
+            arena = ensure_entries(tab, arena, meta, pos[1])
+        else:
+            _reduce_overflow(code, logic)
+    bn[sq] = qc[0]
+    bmin[sq] = qc[1]
+    stats[nodes[ln, P_NODE], 3] += qc[2]       # keys evaluated
+    _emit(lp, bufs, bn, bmin, stats, ln, bufs[ob], nc[0], t)
+    return tab, arena
+
+
+# --------------------------------------------------------------------------- rounds
+
+
+@njit(cache=True, nogil=True)
+def _step_buffered(lp, bufs, bn, bmin, stats, ln, t, j):
+    """Arrange, consolidate or feedback: take the rows at ``j``, consolidate them into
+    the node's delta buffer; consolidate and feedback emit it."""
+    nodes = _nodes(lp)
+    d = nodes[ln, P_D]
+    n = _take(bufs, bn, bmin, nodes[ln, P_Q], d, j)
+    if n == 0:
+        return
+    g = nodes[ln, P_NODE]
+    stats[g, 0] += 1
+    k = _consolidate(bufs[d], n, nodes[ln, P_W])
+    bn[d] = k
+    if nodes[ln, P_KIND] == S_ARRANGE:
+        stats[g, 2] += k
+    else:
+        _emit(lp, bufs, bn, bmin, stats, ln, bufs[d], k, t)
+
+
+@njit(cache=True, nogil=True)
+def _next_round(lp, bn, bmin, kmin):
+    qs = _fld(lp, F_QUEUES)
+    best = INF
+    for x in range(qs.shape[0]):
+        q = qs[x]
+        if bn[q] and bmin[q] < best:
+            best = bmin[q]
+    if best == INF:
+        return np.int64(-1)
+    return max(best, kmin)
+
+
+@leaf
+def _stage(d, f, a, b, out):
+    """Rows ``(0, f[r], d[r])`` for ``a <= r < b`` into ``out``."""
+    w = d.shape[1]
+    for r in range(a, b):
+        o = r - a
+        out[o, 0] = 0
+        out[o, 1] = f[r]
+        for c in range(w):
+            out[o, 2 + c] = d[r, c]
+
+
+@njit(cache=True)
+def run_times(lp, bufs, bn, bmin, tab, arena, meta, ups, times, stats, info):
+    """Run a loop over the outer times ``times`` (ascending): ``ups[e]`` holds the
+    updates of the loop's ``e``-th enter, sorted by time (``(data, times (t, 0),
+    diffs)``). Leaves' rows accumulate in their buffers. Returns ``(status, tab,
+    arena)``; ``status`` is OK or ITERATION_LIMIT (``info[0:2]`` = loop, iteration).
+    ``info[2]`` counts rounds."""
+    nodes = _nodes(lp)
+    misc = _fld(lp, F_MISC)
+    loop = misc[0]
+    maxit = misc[1]
+    nl = nodes.shape[0]
+    ne = len(ups)
+    ptr = np.zeros(ne, np.int64)
+    leave0 = np.zeros(nl, np.int64)     # leave buffers' rows before the current time
+    for ti in range(times.shape[0]):
+        t = times[ti]
+        for ln in range(nl):
+            if nodes[ln, P_KIND] == S_LEAVE:
+                leave0[ln] = bn[nodes[ln, P_Q]]
+        for ln in range(nl):
+            if nodes[ln, P_KIND] != S_ENTER:
+                continue
+            x = nodes[ln, P_ENTER]
+            d, tt, f = ups[x]
+            a = ptr[x]
+            b = a
+            while b < f.shape[0] and tt[b, 0] == t:
+                b += 1
+            ptr[x] = b
+            if b == a:
+                continue
+            sb = nodes[ln, P_D]
+            if bufs[sb].shape[0] < b - a:
+                bufs[sb] = _grown(bufs[sb], 0, b - a)
+            _stage(d, f, a, b, bufs[sb])
+            g = nodes[ln, P_NODE]
+            stats[g, 0] += 1
+            stats[g, 1] += b - a
+            _emit(lp, bufs, bn, bmin, stats, ln, bufs[sb], b - a, t)
+        j = _next_round(lp, bn, bmin, np.int64(0))
+        while j >= 0:
+            if maxit >= 0 and j >= maxit:
+                info[0] = loop
+                info[1] = j
+                return ITERATION_LIMIT, tab, arena
+            if maxit < 0 and j >= 10_000 and (info[3] >> min(loop, 62)) & 1 == 0:
+                info[3] |= 1 << min(loop, 62)
+                _cb_warn(loop, j)
+            meta[M_EPOCH] += 1
+            for ln in range(nl):
+                kind = nodes[ln, P_KIND]
+                if kind == S_ARRANGE or kind == S_CONSOL or kind == S_FEEDBACK:
+                    _step_buffered(lp, bufs, bn, bmin, stats, ln, t, j)
+                elif kind == S_JOIN:
+                    tab, arena = _step_join(lp, bufs, bn, bmin, stats, tab, arena, meta,
+                                            ln, t, j)
+                elif kind == S_REDUCE:
+                    tab, arena = _step_reduce(lp, bufs, bn, bmin, stats, tab, arena, meta,
+                                              ln, t, j)
+            # deltas of arrangements not inserted by their reader go in now
+            for ln in range(nl):
+                if nodes[ln, P_KIND] != S_ARRANGE:
+                    continue
+                d = nodes[ln, P_D]
+                if bn[d] and nodes[ln, P_FUSED] == 0:
+                    kw = nodes[ln, P_KW]
+                    tab, arena = insert_delta(
+                        tab, arena, meta, nodes[ln, P_TAG], 0, bufs[d], bn[d], kw,
+                        nodes[ln, P_W] - kw, j,
+                        "arrange: a count overflows int64 (in a loop)")
+                bn[d] = 0
+            info[2] += 1
+            j = _next_round(lp, bn, bmin, j + 1)
+        # A leave drops the iteration: a time that sent many rows out (a load) is
+        # consolidated now, so the run's output holds one row per changed record.
+        for ln in range(nl):
+            if nodes[ln, P_KIND] != S_LEAVE:
+                continue
+            q = nodes[ln, P_Q]
+            n0 = leave0[ln]
+            if bn[q] - n0 > 4096:
+                b = bufs[q][n0:]
+                for r in range(bn[q] - n0):
+                    b[r, 0] = 0
+                bn[q] = n0 + _consolidate(b, bn[q] - n0, nodes[ln, P_W] + 1)
+    return OK, tab, arena

@@ -1,0 +1,131 @@
+"""Hashed state (kernels.hstate) against a dictionary: random deltas into several traces
+and both blocks of a row, growth of the table and the arena, garbage collection,
+sortedness of every block, and overflow reporting."""
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from ddnumba.kernels import hstate as H
+
+# (kw, vw) of traces 1, 2, 3 (tags)
+SHAPES = {1: (1, 0), 2: (2, 1), 3: (1, 2)}
+
+
+def _delta(rng, tag, n, domain, it):
+    """A consolidated delta for ``tag`` as rows (iteration, diff, key, vals), sorted."""
+    kw, vw = SHAPES[tag]
+    rows = rng.integers(-domain, domain + 1, size=(n, kw + vw))
+    acc = {}
+    for r, f in zip(map(tuple, rows), rng.integers(-3, 4, size=n)):
+        acc[r] = acc.get(r, 0) + int(f)
+    items = sorted((r, f) for r, f in acc.items() if f != 0)
+    dd = np.zeros((len(items), 2 + kw + vw), np.int64)
+    for i, (r, f) in enumerate(items):
+        dd[i, 0] = it
+        dd[i, 1] = f
+        dd[i, 2:] = r
+    return dd, items
+
+
+def _check(tab, arena, meta, model):
+    got = {}
+    for tag, (kw, vw) in SHAPES.items():
+        for blk in (0, 1):
+            keys, ents = H.dump(tab, arena, tag, kw, blk)
+            for k, e in zip(keys, ents):
+                key = (tag, blk, tuple(k), tuple(e[:vw]), int(e[-2]))
+                assert key not in got, f"{key} twice"
+                assert e[-1] != 0
+                got[key] = int(e[-1])
+    assert got == model
+    assert H.records(meta) == len(model)
+    KW = tab.shape[1] - H.RW_EXTRA
+    for r in range(tab.shape[0]):
+        if tab[r, 0]:
+            vw = SHAPES[int(tab[r, 0])][1]
+            for blk in (0, 1):
+                e = H.read_key(tab, arena, r, blk)
+                order = [tuple(x[:vw]) + (x[-2],) for x in e]
+                assert order == sorted(set(order)), "block not sorted or repeated"
+                assert tab[r, KW + 2 + 2 * blk] == len(e)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), domain=st.sampled_from([1, 3, 40]),
+       steps=st.integers(1, 60), gc_every=st.sampled_from([1, 7, 1000]))
+def test_hstate_matches_dictionary(seed, domain, steps, gc_every):
+    rng = np.random.default_rng(seed)
+    tab, arena, meta = H.new_state(2, 2)
+    model = {}
+    for step in range(steps):
+        tag = int(rng.integers(1, 4))
+        kw, vw = SHAPES[tag]
+        blk = int(rng.integers(0, 2))
+        it = int(rng.integers(0, 4))
+        dd, items = _delta(rng, tag, int(rng.integers(1, 40)), domain, it)
+        tab, arena = H.insert_delta(tab, arena, meta, tag, blk, dd, len(items), kw, vw,
+                                    it, "overflow")
+        for r, f in items:
+            k = (tag, blk, r[:kw], r[kw:], it)
+            model[k] = model.get(k, 0) + f
+            if model[k] == 0:
+                del model[k]
+        if step % gc_every == gc_every - 1:
+            tab, arena = H.gc(tab, arena, meta)
+    _check(tab, arena, meta, model)
+    tab, arena = H.gc(tab, arena, meta)
+    _check(tab, arena, meta, model)
+
+
+def test_hstate_rows_of_cancelled_keys_are_collected():
+    """Keys whose history cancels leave empty rows; gc drops them and compacts the
+    arena, so state follows the live keys, not the keys ever seen."""
+    tab, arena, meta = H.new_state(1, 0)
+    for round_ in range(20):
+        keys = np.arange(round_ * 1000, (round_ + 1) * 1000)
+        for sign in (1, -1):
+            dd = np.zeros((len(keys), 3), np.int64)
+            dd[:, 1] = sign
+            dd[:, 2] = keys
+            tab, arena = H.insert_delta(tab, arena, meta, 1, 0, dd, len(keys), 1, 0, 0, "x")
+        tab, arena = H.gc(tab, arena, meta)
+    assert H.records(meta) == 0
+    assert meta[H.M_ROWS] <= 1000
+    assert tab.shape[0] <= 4096
+
+
+def test_hstate_long_blocks_and_growth():
+    """One key with thousands of entries (the merge path), many keys (rehashes)."""
+    rng = np.random.default_rng(5)
+    tab, arena, meta = H.new_state(1, 1)
+    model = {}
+    for it in range(30):
+        vals = np.unique(rng.integers(0, 3000, 200))
+        dd = np.zeros((len(vals), 4), np.int64)
+        dd[:, 0] = it
+        dd[:, 1] = 1
+        dd[:, 2] = 7
+        dd[:, 3] = vals
+        tab, arena = H.insert_delta(tab, arena, meta, 2, 0, dd, len(vals), 1, 1, it, "x")
+        for v in vals:
+            model[(7, int(v), it)] = 1
+    keys, ents = H.dump(tab, arena, 2, 1, 0)
+    assert {(int(k[0]), int(e[0]), int(e[1])): int(e[2]) for k, e in zip(keys, ents)} \
+        == model
+    dd = np.zeros((50_000, 4), np.int64)
+    dd[:, 1] = 1
+    dd[:, 2] = np.arange(50_000)
+    tab, arena = H.insert_delta(tab, arena, meta, 2, 0, dd, 50_000, 1, 1, 0, "x")
+    assert meta[H.M_ROWS] == 50_000      # key 7 was there already
+    rows = H.find_rows(tab, 2, np.arange(0, 50_000, 997).reshape(-1, 1), 1)
+    assert (rows >= 0).all()
+
+
+def test_hstate_overflow_raises():
+    tab, arena, meta = H.new_state(1, 0)
+    big = np.iinfo(np.int64).max
+    dd = np.array([[0, big, 1]], np.int64)
+    tab, arena = H.insert_delta(tab, arena, meta, 1, 0, dd, 1, 1, 0, 0, "msg")
+    with pytest.raises(OverflowError, match="a count overflows"):
+        H.insert_delta(tab, arena, meta, 1, 0, np.array([[0, 1, 1]], np.int64), 1, 1, 0,
+                       0, "distinct: a count overflows int64")
