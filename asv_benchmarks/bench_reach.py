@@ -5,6 +5,7 @@
 and peak memory of loading the graph. ``ReachSustained``: single-change latency
 percentiles at N=1,000 after 1e3..1e6 changes, and the arrangement record count (state
 must stay flat). ``ReachEngines``: the native and the Python engine side by side.
+``ReachLoopModes``: the native engine's two loop modes side by side.
 ``ReachWorkers``: throughput with 1 and 2 worker processes.
 
 asv runs every parameter combination in its own process. Where one expensive
@@ -192,6 +193,37 @@ class ReachEnginesRatio:
             ratios.append(nat["changes_per_s"] / py["changes_per_s"])
         return float(np.median(ratios))
     track_native_over_python.unit = "x"
+
+
+class ReachLoopModes:
+    """N=1,000: changes/s with the native engine's loops run round-wise and
+    sequentially (``Dataflow(loops=...)``, see the README's "Loop modes"), and their
+    ratio measured in one process (median of 3 alternating pairs)."""
+
+    params = [[1, 100, 1000]]
+    param_names = ["batch"]
+    timeout = 900
+
+    def setup(self, b):
+        _warm_up("native")
+        run_reach(1000, 10, 20, recompute=False, engine="native", loops="sequential")
+
+    def track_sequential_changes_per_s(self, b):
+        return run_reach(1000, b, _changes(1000, b), recompute=False, engine="native",
+                         loops="sequential")["changes_per_s"]
+    track_sequential_changes_per_s.unit = "changes/s"
+
+    def track_sequential_over_rounds(self, b):
+        ratios = []
+        for _ in range(3):
+            seq = run_reach(1000, b, _changes(1000, b), recompute=False, engine="native",
+                            loops="sequential")
+            rnd = run_reach(1000, b, _changes(1000, b), recompute=False, engine="native",
+                            loops="rounds")
+            assert seq["loops"] == "sequential" and rnd["loops"] == "rounds"
+            ratios.append(seq["changes_per_s"] / rnd["changes_per_s"])
+        return float(np.median(ratios))
+    track_sequential_over_rounds.unit = "x"
 
 
 class ReachWorkers:

@@ -17,6 +17,12 @@ functions that return their argument columns, such as ``lambda a, b: (b, a)``, r
 as native projections). Both engines give identical results; the Python engine is the
 reference the tests compare against.
 
+Loops run round-wise (all the outer times of a run at once, round by round) or, with
+``Dataflow(loops="sequential")`` (or ``DDNUMBA_LOOPS``), sequentially: one outer time
+after another over hashed, always-compacted state (:mod:`ddnumba.kernels.seqloop`),
+for the loops whose operators are all native (:func:`_sequential`);
+:func:`_seq_program` compiles such a loop into local nodes and routes.
+
 The graph is fixed at the first ``run()``: adding operators afterwards raises.
 """
 from __future__ import annotations

@@ -13,6 +13,9 @@ Scope. One outer time coordinate (totally ordered), loops not nested, one worker
 are stored as ``(t, i)``: ``i`` is the iteration counter inside a loop and ``0``
 outside, so entering a loop is the identity and leaving it zeroes ``i``.
 
+Loops run here round-wise (``_run_loop``), or sequentially through
+:mod:`ddnumba.kernels.seqloop` (``_run_loop_seq``, see the section there).
+
 Frontiers. With a totally ordered outer time a frontier is one number: an update at
 ``(t, i)`` of a root operator is *due* when ``t < p`` (``p`` the least input frontier
 upstream). In round ``k`` of a loop the frontier is ``{(p, 0), (q, k + 1)}`` (``q`` the
@@ -57,7 +60,8 @@ from .hstate import M_LIVE, gc as _hs_gc
 from .reduce import (_accumulate, _logic_count, _logic_extreme, _logic_sum,
                      _logic_top_k)
 from .rows import add_checked, leaf, mul_checked
-from .seqloop import S_LEAVE as SEQ_LEAVE, _nodes as seq_nodes, run_times as seq_run_times
+from .seqloop import S_LEAVE as SEQ_LEAVE, _nodes as seq_nodes, pack_fields
+from .seqloop import run_times as seq_run_times
 
 __all__ = ["KIND", "LOGIC", "new_state", "run", "set_hooks", "spine_sizes",
            "BATCH_TYPE"]
@@ -141,14 +145,7 @@ def _prm(prog):
 def pack_program(fields):
     """Pack the program's arrays (in field order) into one int64 array."""
     assert len(fields) == N_FIELDS
-    flat = [np.ascontiguousarray(f, dtype=np.int64).reshape(-1) for f in fields]
-    offs = np.zeros(N_FIELDS + 1, np.int64)
-    pos = N_FIELDS + 1
-    for i, f in enumerate(flat):
-        offs[i] = pos
-        pos += f.shape[0]
-    offs[N_FIELDS] = pos
-    return np.ascontiguousarray(np.concatenate([offs] + flat))
+    return pack_fields(fields)
 
 
 # --------------------------------------------------------------------------------- state
@@ -2284,22 +2281,14 @@ def _next_round(prog, st, l, p, kmin):
     return max(best, kmin)
 
 
-@njit(cache=True)
-def _run_loop(prog, st, l):
-    """Run loop ``l``'s rounds until no work remains at outer times < P."""
+@njit(cache=True, nogil=True)
+def _loop_frontier(prog, st, l):
+    """P: the least frontier of the operators loop ``l``'s enters read from."""
     in_offs = _fld(prog, 1)
     in_src = _fld(prog, 2)
-    order_offs = _fld(prog, 10)
-    order = _fld(prog, 11)
     enter_offs = _fld(prog, 12)
     enters = _fld(prog, 13)
-    maxit = _fld(prog, 14)
-    spines_offs = _fld(prog, 15)
-    spines = _fld(prog, 16)
     nf = st[7]
-    loop_prev = st[8]
-    info = st[9]
-    since = st[3]
     p = np.int64(INF)
     for x in range(enter_offs[l], enter_offs[l + 1]):
         e = enters[x]
@@ -2307,6 +2296,22 @@ def _run_loop(prog, st, l):
             v = nf[in_src[y]]
             if v < p:
                 p = v
+    return p
+
+
+@njit(cache=True)
+def _run_loop(prog, st, l):
+    """Run loop ``l``'s rounds until no work remains at outer times < P."""
+    order_offs = _fld(prog, 10)
+    order = _fld(prog, 11)
+    maxit = _fld(prog, 14)
+    spines_offs = _fld(prog, 15)
+    spines = _fld(prog, 16)
+    nf = st[7]
+    loop_prev = st[8]
+    info = st[9]
+    since = st[3]
+    p = _loop_frontier(prog, st, l)
     q = loop_prev[l]
     my_spines = spines[spines_offs[l + 1]:spines_offs[l + 2]]
     k = _next_round(prog, st, l, p, np.int64(0))
@@ -2396,8 +2401,6 @@ def _seq_enter_due(st, qid, w, p):
 def _run_loop_seq(prog, st, l):
     """Run loop ``l`` sequentially over the outer times < P of its entered updates.
     Returns OK or ITERATION_LIMIT."""
-    in_offs = _fld(prog, 1)
-    in_src = _fld(prog, 2)
     order_offs = _fld(prog, 10)
     order = _fld(prog, 11)
     enter_offs = _fld(prog, 12)
@@ -2406,13 +2409,7 @@ def _run_loop_seq(prog, st, l):
     prm = _prm(prog)
     nf = st[7]
     loop_prev = st[8]
-    p = np.int64(INF)
-    for x in range(enter_offs[l], enter_offs[l + 1]):
-        e = enters[x]
-        for y in range(in_offs[e], in_offs[e + 1]):
-            v = nf[in_src[y]]
-            if v < p:
-                p = v
+    p = _loop_frontier(prog, st, l)
     ups = List.empty_list(BATCH_TYPE)
     total = np.int64(0)
     for x in range(enter_offs[l], enter_offs[l + 1]):

@@ -62,9 +62,10 @@ from .batch import sort_consolidate
 from .hooks import _cb_warn
 from .hstate import (M_EPOCH, M_TOP, OVERFLOW, RW_EXTRA, _block_add, _block_need,
                      _find, _new_row, ensure_entries, ensure_rows, insert_delta)
+from .hstate import _same_key as _same
 from .rows import add_checked, leaf, mul_checked
 
-__all__ = ["run_times", "pack", "NPW", "RTW"]
+__all__ = ["run_times", "pack", "pack_fields", "NPW", "RTW"]
 
 INF = np.iinfo(np.int64).max
 I64_MIN = np.iinfo(np.int64).min
@@ -161,17 +162,25 @@ OK = 0
 ITERATION_LIMIT = 1
 
 
-def pack(fields):
-    """Pack the loop program's arrays (in field order) into one int64 array."""
-    assert len(fields) == N_FIELDS
+def pack_fields(fields):
+    """Pack arrays into one int64 array: a header of ``len(fields) + 1`` offsets, then
+    the fields flattened (field ``i`` is ``a[a[i]:a[i + 1]]``). One array instead of a
+    tuple keeps compiled signatures small (see kernels.runtime)."""
+    n = len(fields)
     flat = [np.ascontiguousarray(f, dtype=np.int64).reshape(-1) for f in fields]
-    offs = np.zeros(N_FIELDS + 1, np.int64)
-    pos = N_FIELDS + 1
+    offs = np.zeros(n + 1, np.int64)
+    pos = n + 1
     for i, f in enumerate(flat):
         offs[i] = pos
         pos += f.shape[0]
-    offs[N_FIELDS] = pos
+    offs[n] = pos
     return np.ascontiguousarray(np.concatenate([offs] + flat))
+
+
+def pack(fields):
+    """Pack the loop program's arrays (in field order) into one int64 array."""
+    assert len(fields) == N_FIELDS
+    return pack_fields(fields)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -189,14 +198,6 @@ def _nodes(lp):
 def _routes(lp):
     a = lp[lp[F_ROUTES]:lp[F_ROUTES + 1]]
     return a.reshape((a.shape[0] // RTW, RTW))
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _same(a, i, ca, b, j, cb, kw):
-    for c in range(kw):
-        if a[i, ca + c] != b[j, cb + c]:
-            return False
-    return True
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -552,6 +553,26 @@ def _step_join(lp, bufs, bn, bmin, stats, tab, arena, meta, ln, t, j):
 # -------------------------------------------------------------------------- reduce
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _sum_group(arena, a, a_end, ref, ri, w, j, nxt):
+    """Sum the diffs of the arena entries from ``a`` (before ``a_end``) whose vals equal
+    ``ref[ri, 1:1 + w]``, at iterations ``<= j``; returns ``(sum, the entry after the
+    group, least of nxt and the group's iterations after j, overflowed)``."""
+    IT = arena.shape[1] - 2
+    DF = arena.shape[1] - 1
+    s = np.int64(0)
+    while a < a_end and _cmp(arena, a, 0, ref, ri, 1, w) == 0:
+        it = arena[a, IT]
+        if it <= j:
+            s, ov = add_checked(s, arena[a, DF])
+            if ov:
+                return s, a, nxt, True
+        elif it < nxt:
+            nxt = it
+        a += 1
+    return s, a, nxt, False
+
+
 @leaf
 def _reduce_keys(tab, arena, meta, tag_in, tag_out, blk, kw, vw, ow, logic, lparam, j,
                  dd, nd, sk, ns, pos, acc, des, cur, cd, nc, sq, qc):
@@ -571,8 +592,6 @@ def _reduce_keys(tab, arena, meta, tag_in, tag_out, blk, kw, vw, ow, logic, lpar
     Returns DONE, NEED_SCRATCH / NEED_OUT / NEED_ARENA (``pos[1]`` = amount needed;
     nothing of the key was changed) or an overflow code."""
     KW = tab.shape[1] - RW_EXTRA
-    IT = arena.shape[1] - 2
-    DF = arena.shape[1] - 1
     epoch = meta[M_EPOCH]
     total = nd + ns
     fused = blk == 1
@@ -631,213 +650,174 @@ def _reduce_keys(tab, arena, meta, tag_in, tag_out, blk, kw, vw, ow, logic, lpar
         tab[row_out, KW + 5] = epoch
         qc[2] += 1
         nxt = INF
+        c0 = nc[0]
         if vw == 0 and ow == 0 and (logic == L_DISTINCT or logic == L_TOP_K):
             # rows without values (distinct of whole rows): one count per side
-            si_ = np.int64(0)
-            for a in range(off_in, off_in + ln_in):
-                it = arena[a, IT]
-                if it <= j:
-                    si_, ov = add_checked(si_, arena[a, DF])
-                    if ov:
-                        return OVF_IN
-                elif it < nxt:
-                    nxt = it
+            si_, _a, nxt, ov = _sum_group(arena, off_in, off_in + ln_in, acc, 0, 0, j,
+                                          nxt)
+            if ov:
+                return OVF_IN
             if m > 0:
                 si_, ov = add_checked(si_, dd[p0, 1])
                 if ov:
                     return OVF_IN
-            so_ = np.int64(0)
-            for a in range(off_o, off_o + ln_o):
-                it = arena[a, IT]
-                if it <= j:
-                    so_, ov = add_checked(so_, arena[a, DF])
-                    if ov:
-                        return OVF_IN
-                elif it < nxt:
-                    nxt = it
+            so_, _a, nxt, ov = _sum_group(arena, off_o, off_o + ln_o, cur, 0, 0, j, nxt)
+            if ov:
+                return OVF_IN
             want = np.int64(0)
             if si_ > 0:
                 want = 1 if logic == L_DISTINCT else min(si_, lparam)
-            o = nc[0]
             if want != so_:
                 dlt = want - so_
                 if ((want ^ so_) & (want ^ dlt)) < 0:
                     return OVF_CORR
+                o = nc[0]
                 cd[o, 0] = j
                 cd[o, 1] = dlt
                 for q in range(kw):
                     cd[o, 2 + q] = src[si, 2 + q]
                 nc[0] = o + 1
-                if _block_add(tab, arena, meta, row_out, blk, cd, o, o + 1, 2 + kw, 0, 1,
-                              j) == OVERFLOW:
-                    return OVF_CORR
-            if fused and m > 0:
-                if _block_add(tab, arena, meta, row_in, 0, dd, p0, e, 2 + kw, 0, 1, j) \
-                        == OVERFLOW:
-                    return OVF_IN
-            if nxt != INF:
-                k = qc[0]
-                sq[k, 0] = nxt
-                sq[k, 1] = 0
-                for q in range(kw):
-                    sq[k, 2 + q] = src[si, 2 + q]
-                qc[0] = k + 1
-                if nxt < qc[1]:
-                    qc[1] = nxt
-            pos[0] = e
-            continue
-        # input accumulated at <= j, per vals: the trace's entries and the delta
-        na = np.int64(0)
-        a = off_in
-        a_end = off_in + ln_in
-        x = p0
-        x_end = p0 + m
-        while a < a_end or x < x_end:
-            if x >= x_end:
-                c = -1
-            elif a >= a_end:
-                c = 1
-            else:
-                c = _cmp(arena, a, 0, dd, x, 2 + kw, vw)
-            if c <= 0:
-                for q in range(vw):
-                    acc[na, 1 + q] = arena[a, q]
-            else:
-                for q in range(vw):
-                    acc[na, 1 + q] = dd[x, 2 + kw + q]
-            s = np.int64(0)
-            while a < a_end and _cmp(arena, a, 0, acc, na, 1, vw) == 0:
-                it = arena[a, IT]
-                if it <= j:
-                    s, ov = add_checked(s, arena[a, DF])
-                    if ov:
-                        return OVF_IN
-                elif it < nxt:
-                    nxt = it
-                a += 1
-            if x < x_end and _cmp(dd, x, 2 + kw, acc, na, 1, vw) == 0:
-                s, ov = add_checked(s, dd[x, 1])
+        else:
+            # input accumulated at <= j, per vals: the trace's entries and the delta
+            na = np.int64(0)
+            a = off_in
+            a_end = off_in + ln_in
+            x = p0
+            x_end = p0 + m
+            while a < a_end or x < x_end:
+                if x >= x_end:
+                    c = -1
+                elif a >= a_end:
+                    c = 1
+                else:
+                    c = _cmp(arena, a, 0, dd, x, 2 + kw, vw)
+                if c <= 0:
+                    for q in range(vw):
+                        acc[na, 1 + q] = arena[a, q]
+                else:
+                    for q in range(vw):
+                        acc[na, 1 + q] = dd[x, 2 + kw + q]
+                s, a, nxt, ov = _sum_group(arena, a, a_end, acc, na, vw, j, nxt)
                 if ov:
                     return OVF_IN
-                x += 1
-            if s != 0:
-                acc[na, 0] = s
-                na += 1
-        # output accumulated at <= j
-        nu = np.int64(0)
-        a = off_o
-        a_end = off_o + ln_o
-        while a < a_end:
-            for q in range(ow):
-                cur[nu, 1 + q] = arena[a, q]
-            s = np.int64(0)
-            while a < a_end and _cmp(arena, a, 0, cur, nu, 1, ow) == 0:
-                it = arena[a, IT]
-                if it <= j:
-                    s, ov = add_checked(s, arena[a, DF])
+                if x < x_end and _cmp(dd, x, 2 + kw, acc, na, 1, vw) == 0:
+                    s, ov = add_checked(s, dd[x, 1])
                     if ov:
                         return OVF_IN
-                elif it < nxt:
-                    nxt = it
-                a += 1
-            if s != 0:
-                cur[nu, 0] = s
-                nu += 1
-        # desired output
-        nw = np.int64(0)
-        if logic == L_DISTINCT:
-            for i in range(na):
-                if acc[i, 0] > 0:
-                    for q in range(vw):
-                        des[nw, 1 + q] = acc[i, 1 + q]
-                    des[nw, 0] = 1
-                    nw += 1
-        elif logic == L_TOP_K:
-            left = lparam
-            for i in range(na):
-                if left <= 0:
-                    break
-                cc = acc[i, 0]
-                if cc > 0:
-                    for q in range(vw):
-                        des[nw, 1 + q] = acc[i, 1 + q]
-                    tk = cc if cc < left else left
-                    des[nw, 0] = tk
-                    left -= tk
-                    nw += 1
-        elif logic == L_COUNT:
-            if na > 0:
-                s = np.int64(0)
+                    x += 1
+                if s != 0:
+                    acc[na, 0] = s
+                    na += 1
+            # output accumulated at <= j
+            nu = np.int64(0)
+            a = off_o
+            a_end = off_o + ln_o
+            while a < a_end:
+                for q in range(ow):
+                    cur[nu, 1 + q] = arena[a, q]
+                s, a, nxt, ov = _sum_group(arena, a, a_end, cur, nu, ow, j, nxt)
+                if ov:
+                    return OVF_IN
+                if s != 0:
+                    cur[nu, 0] = s
+                    nu += 1
+            # desired output
+            nw = np.int64(0)
+            if logic == L_DISTINCT:
                 for i in range(na):
-                    s, ov = add_checked(s, acc[i, 0])
-                    if ov:
-                        return OVF_LOGIC
-                des[0, 1] = s
-                des[0, 0] = 1
-                nw = 1
-        elif logic == L_SUM:
-            if na > 0:
-                s = np.int64(0)
+                    if acc[i, 0] > 0:
+                        for q in range(vw):
+                            des[nw, 1 + q] = acc[i, 1 + q]
+                        des[nw, 0] = 1
+                        nw += 1
+            elif logic == L_TOP_K:
+                left = lparam
                 for i in range(na):
-                    pr, o1 = mul_checked(acc[i, 1 + lparam], acc[i, 0])
-                    s, o2 = add_checked(s, pr)
-                    if o1 or o2:
-                        return OVF_LOGIC
-                des[0, 1] = s
-                des[0, 0] = 1
-                nw = 1
-        else:   # L_MIN / L_MAX
-            found = False
-            best = np.int64(0)
-            for i in range(na):
-                if acc[i, 0] > 0:
-                    v = acc[i, 1 + lparam]
-                    if not found or (v > best if logic == L_MAX else v < best):
-                        best = v
-                        found = True
-            if found:
-                des[0, 1] = best
-                des[0, 0] = 1
-                nw = 1
-        # corrections: desired - current, per out vals (both ascending)
-        a = np.int64(0)
-        b = np.int64(0)
-        o = nc[0]
-        c0 = o
-        while a < nw or b < nu:
-            if b >= nu:
-                c = -1
-            elif a >= nw:
-                c = 1
-            else:
-                c = _cmp(des, a, 1, cur, b, 1, ow)
-            if c < 0:
-                dlt = des[a, 0]
-            elif c > 0:
-                if cur[b, 0] == I64_MIN:
-                    return OVF_CORR
-                dlt = -cur[b, 0]
-            else:
-                dlt = des[a, 0] - cur[b, 0]
-                if ((des[a, 0] ^ cur[b, 0]) & (des[a, 0] ^ dlt)) < 0:
-                    return OVF_CORR
-            if dlt != 0:
-                cd[o, 0] = j
-                cd[o, 1] = dlt
-                for q in range(kw):
-                    cd[o, 2 + q] = src[si, 2 + q]
-                if c <= 0:
-                    for q in range(ow):
-                        cd[o, 2 + kw + q] = des[a, 1 + q]
+                    if left <= 0:
+                        break
+                    cc = acc[i, 0]
+                    if cc > 0:
+                        for q in range(vw):
+                            des[nw, 1 + q] = acc[i, 1 + q]
+                        tk = cc if cc < left else left
+                        des[nw, 0] = tk
+                        left -= tk
+                        nw += 1
+            elif logic == L_COUNT:
+                if na > 0:
+                    s = np.int64(0)
+                    for i in range(na):
+                        s, ov = add_checked(s, acc[i, 0])
+                        if ov:
+                            return OVF_LOGIC
+                    des[0, 1] = s
+                    des[0, 0] = 1
+                    nw = 1
+            elif logic == L_SUM:
+                if na > 0:
+                    s = np.int64(0)
+                    for i in range(na):
+                        pr, o1 = mul_checked(acc[i, 1 + lparam], acc[i, 0])
+                        s, o2 = add_checked(s, pr)
+                        if o1 or o2:
+                            return OVF_LOGIC
+                    des[0, 1] = s
+                    des[0, 0] = 1
+                    nw = 1
+            else:   # L_MIN / L_MAX
+                found = False
+                best = np.int64(0)
+                for i in range(na):
+                    if acc[i, 0] > 0:
+                        v = acc[i, 1 + lparam]
+                        if not found or (v > best if logic == L_MAX else v < best):
+                            best = v
+                            found = True
+                if found:
+                    des[0, 1] = best
+                    des[0, 0] = 1
+                    nw = 1
+            # corrections: desired - current, per out vals (both ascending)
+            a = np.int64(0)
+            b = np.int64(0)
+            o = nc[0]
+            while a < nw or b < nu:
+                if b >= nu:
+                    c = -1
+                elif a >= nw:
+                    c = 1
                 else:
-                    for q in range(ow):
-                        cd[o, 2 + kw + q] = cur[b, 1 + q]
-                o += 1
-            if c <= 0:
-                a += 1
-            if c >= 0:
-                b += 1
-        nc[0] = o
+                    c = _cmp(des, a, 1, cur, b, 1, ow)
+                if c < 0:
+                    dlt = des[a, 0]
+                elif c > 0:
+                    if cur[b, 0] == I64_MIN:
+                        return OVF_CORR
+                    dlt = -cur[b, 0]
+                else:
+                    dlt = des[a, 0] - cur[b, 0]
+                    if ((des[a, 0] ^ cur[b, 0]) & (des[a, 0] ^ dlt)) < 0:
+                        return OVF_CORR
+                if dlt != 0:
+                    cd[o, 0] = j
+                    cd[o, 1] = dlt
+                    for q in range(kw):
+                        cd[o, 2 + q] = src[si, 2 + q]
+                    if c <= 0:
+                        for q in range(ow):
+                            cd[o, 2 + kw + q] = des[a, 1 + q]
+                    else:
+                        for q in range(ow):
+                            cd[o, 2 + kw + q] = cur[b, 1 + q]
+                    o += 1
+                if c <= 0:
+                    a += 1
+                if c >= 0:
+                    b += 1
+            nc[0] = o
+        # the corrections into the output block, the delta into the input block (when
+        # the reduce owns its arrangement), the key's next evaluation
+        o = nc[0]
         if o > c0:
             if _block_add(tab, arena, meta, row_out, blk, cd, c0, o, 2 + kw, ow, 1, j) \
                     == OVERFLOW:
@@ -1030,15 +1010,24 @@ def run_times(lp, bufs, bn, bmin, tab, arena, meta, ups, times, stats, info):
                 _cb_warn(loop, j)
             meta[M_EPOCH] += 1
             for ln in range(nl):
+                # (the checks before each call skip nodes without work this round)
                 kind = nodes[ln, P_KIND]
                 if kind == S_ARRANGE or kind == S_CONSOL or kind == S_FEEDBACK:
-                    _step_buffered(lp, bufs, bn, bmin, stats, ln, t, j)
+                    q = nodes[ln, P_Q]
+                    if bn[q] and bmin[q] <= j:
+                        _step_buffered(lp, bufs, bn, bmin, stats, ln, t, j)
+                    else:
+                        bn[nodes[ln, P_D]] = 0
                 elif kind == S_JOIN:
-                    tab, arena = _step_join(lp, bufs, bn, bmin, stats, tab, arena, meta,
-                                            ln, t, j)
+                    if bn[nodes[nodes[ln, P_LEFT], P_D]] or \
+                            bn[nodes[nodes[ln, P_RIGHT], P_D]]:
+                        tab, arena = _step_join(lp, bufs, bn, bmin, stats, tab, arena,
+                                                meta, ln, t, j)
                 elif kind == S_REDUCE:
-                    tab, arena = _step_reduce(lp, bufs, bn, bmin, stats, tab, arena, meta,
-                                              ln, t, j)
+                    q = nodes[ln, P_Q]
+                    if bn[nodes[nodes[ln, P_ARR], P_D]] or (bn[q] and bmin[q] <= j):
+                        tab, arena = _step_reduce(lp, bufs, bn, bmin, stats, tab, arena,
+                                                  meta, ln, t, j)
             # deltas of arrangements not inserted by their reader go in now
             for ln in range(nl):
                 if nodes[ln, P_KIND] != S_ARRANGE:
