@@ -49,6 +49,19 @@ __all__ = [
     "make_user_driver",
 ]
 
+# Codes of the built-in logics, as the compiled runtimes (kernels.runtime,
+# kernels.seqloop) receive them in their programs; CALLBACK runs a Python function on
+# moments.
+L_CALLBACK = 0
+L_COUNT = 1
+L_SUM = 2
+L_MIN = 3
+L_MAX = 4
+L_DISTINCT = 5
+L_TOP_K = 6
+LOGIC = {"callback": L_CALLBACK, "count": L_COUNT, "sum": L_SUM, "min": L_MIN,
+         "max": L_MAX, "distinct": L_DISTINCT, "top_k": L_TOP_K}
+
 _I64 = np.int64
 _I64_MIN = np.iinfo(np.int64).min
 _I64_MAX = np.iinfo(np.int64).max

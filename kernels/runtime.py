@@ -57,8 +57,9 @@ from .batch import (advance, concat_batches, fence, key_ranges, merge, seek, see
                     sort_consolidate)
 from .hooks import _HOOKS, _cb_batch, _cb_logic, _cb_warn, set_hooks  # noqa: F401
 from .hstate import M_LIVE, gc as _hs_gc
-from .reduce import (_accumulate, _logic_count, _logic_extreme, _logic_sum,
-                     _logic_top_k)
+from .reduce import (L_CALLBACK, L_COUNT, L_DISTINCT, L_MAX, L_MIN, L_SUM,  # noqa: F401
+                     L_TOP_K, LOGIC, _accumulate, _logic_count, _logic_extreme,
+                     _logic_sum, _logic_top_k)
 from .rows import add_checked, leaf, mul_checked
 from .seqloop import S_LEAVE as SEQ_LEAVE, _nodes as seq_nodes, pack_fields
 from .seqloop import run_times as seq_run_times
@@ -91,17 +92,6 @@ KIND = {"input": K_INPUT, "callback": K_CALLBACK, "project": K_PROJECT,
         "arrange": K_ARRANGE, "join": K_JOIN, "reduce": K_REDUCE, "enter": K_ENTER,
         "leave": K_LEAVE, "feedback": K_FEEDBACK, "loop": K_LOOP, "capture": K_CAPTURE,
         "probe": K_PROBE}
-
-# Reduce logic codes (program parameter); CALLBACK runs a Python function on moments.
-L_CALLBACK = 0
-L_COUNT = 1
-L_SUM = 2
-L_MIN = 3
-L_MAX = 4
-L_DISTINCT = 5
-L_TOP_K = 6
-LOGIC = {"callback": L_CALLBACK, "count": L_COUNT, "sum": L_SUM, "min": L_MIN,
-         "max": L_MAX, "distinct": L_DISTINCT, "top_k": L_TOP_K}
 
 _I2 = types.Array(types.int64, 2, "C")
 _I1 = types.Array(types.int64, 1, "C")
@@ -2299,6 +2289,18 @@ def _loop_frontier(prog, st, l):
     return p
 
 
+@njit(cache=True, nogil=True)
+def _loop_done(prog, st, l, p):
+    """Loop ``l`` has no work left below P = ``p``: its operators' frontiers move to
+    ``p``, which is also the next run's lower bound Q."""
+    order_offs = _fld(prog, 10)
+    order = _fld(prog, 11)
+    for x in range(order_offs[l], order_offs[l + 1]):
+        st[7][order[x]] = p
+    if p != INF:
+        st[8][l] = p
+
+
 @njit(cache=True)
 def _run_loop(prog, st, l):
     """Run loop ``l``'s rounds until no work remains at outer times < P."""
@@ -2307,12 +2309,10 @@ def _run_loop(prog, st, l):
     maxit = _fld(prog, 14)
     spines_offs = _fld(prog, 15)
     spines = _fld(prog, 16)
-    nf = st[7]
-    loop_prev = st[8]
     info = st[9]
     since = st[3]
     p = _loop_frontier(prog, st, l)
-    q = loop_prev[l]
+    q = st[8][l]           # the previous run's P
     my_spines = spines[spines_offs[l + 1]:spines_offs[l + 2]]
     k = _next_round(prog, st, l, p, np.int64(0))
     while k >= 0:
@@ -2333,10 +2333,7 @@ def _run_loop(prog, st, l):
         if p > since[s] and p != INF:
             since[s] = p
         _settle(st, s)
-    for x in range(order_offs[l], order_offs[l + 1]):
-        nf[order[x]] = p
-    if p != INF:
-        loop_prev[l] = p
+    _loop_done(prog, st, l, p)
     return OK
 
 # ------------------------------------------------------------------ sequential loops
@@ -2401,14 +2398,10 @@ def _seq_enter_due(st, qid, w, p):
 def _run_loop_seq(prog, st, l):
     """Run loop ``l`` sequentially over the outer times < P of its entered updates.
     Returns OK or ITERATION_LIMIT."""
-    order_offs = _fld(prog, 10)
-    order = _fld(prog, 11)
     enter_offs = _fld(prog, 12)
     enters = _fld(prog, 13)
     qbase = _fld(prog, 6)
     prm = _prm(prog)
-    nf = st[7]
-    loop_prev = st[8]
     p = _loop_frontier(prog, st, l)
     ups = List.empty_list(BATCH_TYPE)
     total = np.int64(0)
@@ -2462,10 +2455,7 @@ def _run_loop_seq(prog, st, l):
                 bufs[x] = np.empty((16, bufs[x].shape[1]), np.int64)
     if status != OK:
         return status
-    for x in range(order_offs[l], order_offs[l + 1]):
-        nf[order[x]] = p
-    if p != INF:
-        loop_prev[l] = p
+    _loop_done(prog, st, l, p)
     return OK
 
 

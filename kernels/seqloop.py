@@ -63,6 +63,7 @@ from .hooks import _cb_warn
 from .hstate import (M_EPOCH, M_TOP, OVERFLOW, RW_EXTRA, _block_add, _block_need,
                      _find, _new_row, ensure_entries, ensure_rows, insert_delta)
 from .hstate import _same_key as _same
+from .reduce import L_COUNT, L_DISTINCT, L_MAX, L_MIN, L_SUM, L_TOP_K
 from .rows import add_checked, leaf, mul_checked
 
 __all__ = ["run_times", "pack", "pack_fields", "NPW", "RTW"]
@@ -138,14 +139,6 @@ F_CHAIN = 3
 F_QUEUES = 4    # buffers whose least iteration decides the next round
 F_MISC = 5      # [loop index, max iterations (-1: none)]
 N_FIELDS = 6
-
-# Reduce logic codes (as kernels.runtime).
-L_COUNT = 1
-L_SUM = 2
-L_MIN = 3
-L_MAX = 4
-L_DISTINCT = 5
-L_TOP_K = 6
 
 # Leaf return codes.
 DONE = 0

@@ -784,6 +784,54 @@ def test_dataflow_loops_argument(monkeypatch):
         assert df._native.sequential == [loops == "sequential"]
 
 
+def test_sequential_loop_after_a_large_load():
+    """A load big enough that the loop's output is consolidated within its time (more
+    than 4,096 leave rows) and its buffers outgrow 65,536 rows (released after the
+    run), then single changes: reachability against BFS at the load and every time."""
+    from ddnumba.demo import bfs_reachable
+    rng = np.random.default_rng(11)
+    n, m = 6000, 12000
+    src, dst = rng.integers(0, n, m), rng.integers(0, n, m)
+    roots = rng.choice(n, 10, replace=False)
+    df = dd.Dataflow(engine="native", loops="sequential")
+    ri, r = df.new_input(["node"])
+    ei, e = df.new_input(["src", "dst"])
+    start = r.map(lambda x: (x, x), names=["root", "node"])
+    reach = start.iterate(
+        lambda v: v.map(lambda root, node: (node, root), names=["node", "root"])
+                   .join(e).map(lambda node, root, d: (root, d), names=["root", "node"])
+                   .concat(start).distinct())
+    cap = reach.capture()
+    ei.insert(src, dst, time=0)
+    ri.insert(roots, time=0)
+    ri.advance_to(1)
+    ei.advance_to(1)
+    df.run()
+    assert df._native.sequential == [True]
+    bufs = df._native.st[13][0]
+    assert max(b.shape[0] for b in bufs) <= 65536, "large buffers kept after the run"
+
+    def check(t, s, d):
+        rr, vv = bfs_reachable(s, d, roots, n)
+        got = {(int(a), int(b)) for a, b in zip(*[c.to_numpy() for c in
+                                                   cap.at(t).columns[:2]])}
+        assert got == set(zip(rr.tolist(), vv.tolist())), f"t={t}"
+        assert len(got) > 4096
+
+    check(0, src, dst)
+    live = list(zip(src.tolist(), dst.tolist()))       # a sliding window
+    for t in range(1, 6):
+        old = live.pop(0)
+        new = tuple(int(x) for x in rng.integers(0, n, 2))
+        live.append(new)
+        ei.update([old[0], new[0]], [old[1], new[1]], time=t, diff=[-1, 1])
+        ei.advance_to(t + 1)
+        ri.advance_to(t + 1)
+        df.run()
+        w = np.array(live, np.int64)
+        check(t, w[:, 0].copy(), w[:, 1].copy())
+
+
 def test_unknown_loop_mode(monkeypatch):
     monkeypatch.setenv("DDNUMBA_LOOPS", "fast")
     df = dd.Dataflow(engine="native")
