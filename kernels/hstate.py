@@ -24,11 +24,17 @@ traces):
 * ``arena[acap, VW + 2]``: entries ``(vals padded to VW, iteration, diff)``; a key's
   block is sorted by ``(vals, iteration)`` with no zero diff and no two entries at
   the same ``(vals, iteration)``.
-* ``meta``: counters (rows used, arena top, garbage, live entries, empty rows, epoch).
+* ``meta``: counters (rows used, arena top, free entries, live entries, empty rows,
+  epoch), then the heads of the arena's free lists.
 
-Blocks grow by relocation to the arena top (the old space becomes garbage); the
-arena is compacted when garbage outweighs live entries, and :func:`gc` drops the
-rows of keys whose history cancelled out, so memory follows the live state.
+Arena space is handed out in power-of-two chunks. A block that grows relocates to a
+chunk of the next capacity; the chunk it leaves, and the unused tail of a block that
+shrank (split into power-of-two pieces), go on the free list of their size, and
+allocation takes from that list before bumping the arena's top. So the same space
+serves key after key, and the top only moves with the live state. The arena is
+compacted when free space outweighs live entries anyway (after a large state
+shrank, say), and :func:`gc` drops the rows of keys whose history cancelled out, so
+memory follows the live state.
 
 Kernels that touch state are *leaves* (:func:`ddnumba.kernels.rows.leaf`, no
 reference counting); they cannot allocate, so every operation is planned first
@@ -40,18 +46,22 @@ from numba import njit
 
 from .rows import add_checked, leaf
 
-__all__ = ["new_state", "insert_delta", "gc", "find_rows", "read_key", "records",
-           "M_ROWS", "M_TOP", "M_GARB", "M_LIVE", "M_EMPTY", "M_EPOCH"]
+__all__ = ["new_state", "new_meta", "insert_delta", "gc", "find_rows", "read_key",
+           "records", "free_chunks", "M_ROWS", "M_TOP", "M_GARB", "M_LIVE", "M_EMPTY",
+           "M_EPOCH"]
 
 M_ROWS = 0      # occupied table rows
 M_TOP = 1       # arena entries allocated (top of the bump allocator)
-M_GARB = 2      # arena entries no block uses any more
+M_GARB = 2      # arena entries no block uses (all on the free lists)
 M_LIVE = 3      # entries in blocks (the state's records)
 M_EMPTY = 4     # occupied rows whose blocks are both empty
 M_EPOCH = 5     # a counter the executor bumps every round (reduce stamps)
 M_KW = 6        # KW: key words per row
 M_VW = 7        # VW: value words per entry
-META_LEN = 8
+M_FREE = 8      # meta[M_FREE + c]: first free chunk of 2**c entries (-1: none); a
+                # free chunk's first entry holds the next one's offset in column 0
+N_CLASSES = 48
+META_LEN = M_FREE + N_CLASSES
 
 OVERFLOW = -1   # code: a diff sum overflows int64
 
@@ -69,10 +79,17 @@ def new_state(kw_max, vw_max, rows=16, entries=64):
         cap *= 2
     tab = np.zeros((cap, kw_max + RW_EXTRA), np.int64)
     arena = np.zeros((max(entries, 16), vw_max + 2), np.int64)
+    return tab, arena, new_meta(kw_max, vw_max)
+
+
+@njit(cache=True, nogil=True)
+def new_meta(kw_max, vw_max):
+    """The counters of an empty state (free lists empty)."""
     meta = np.zeros(META_LEN, np.int64)
     meta[M_KW] = kw_max
     meta[M_VW] = vw_max
-    return tab, arena, meta
+    meta[M_FREE:] = -1
+    return meta
 
 
 # ------------------------------------------------------------------------ hashing
@@ -164,6 +181,68 @@ def _cap(n):
     return c
 
 
+# ------------------------------------------------------------------ free lists
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _cls(cp):
+    """``log2(cp)`` for a power of two ``cp``."""
+    c = np.int64(0)
+    while (np.int64(1) << c) < cp:
+        c += 1
+    return c
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _free(arena, meta, off, cp):
+    """Put the chunk ``arena[off:off + cp]`` (``cp`` a power of two) on its list."""
+    c = M_FREE + _cls(cp)
+    arena[off, 0] = meta[c]
+    meta[c] = off
+    meta[M_GARB] += cp
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _free_tail(arena, meta, off, have, keep):
+    """A block of capacity ``have`` at ``off`` keeps only its first ``keep`` entries
+    (0, or a power of two up to ``have``): the rest goes on the free lists, as chunks
+    of ``keep``, ``2 * keep``, ... entries."""
+    if keep == 0:
+        if have > 0:
+            _free(arena, meta, off, have)
+        return
+    c = keep
+    while c < have:
+        _free(arena, meta, off + c, c)
+        c <<= 1
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _alloc(arena, meta, cp):
+    """Offset of a chunk of ``cp`` entries (a power of two): a free one, or the top
+    (which the caller has made room for, :func:`_block_need`)."""
+    c = M_FREE + _cls(cp)
+    h = meta[c]
+    if h >= 0:
+        meta[c] = arena[h, 0]
+        meta[M_GARB] -= cp
+        return h
+    h = meta[M_TOP]
+    meta[M_TOP] = h + cp
+    return h
+
+
+def free_chunks(arena, meta):
+    """Every free chunk as ``(offset, entries)`` (for tests and statistics)."""
+    out = []
+    for c in range(N_CLASSES):
+        h = int(meta[M_FREE + c])
+        while h >= 0:
+            out.append((h, 1 << c))
+            h = int(arena[h, 0])
+    return out
+
+
 # ------------------------------------------------------------------------ growth
 
 
@@ -224,7 +303,7 @@ def _compact_into(tab, arena, out):
 @njit(cache=True, nogil=True)
 def ensure_entries(tab, arena, meta, more):
     """``arena``, or a new one, with room for ``more`` entries at its top. When most
-    of the arena is garbage, blocks are compacted into the new one instead of growing
+    of the arena is free, blocks are compacted into the new one instead of growing
     it."""
     if meta[M_TOP] + more <= arena.shape[0]:
         return arena
@@ -234,6 +313,7 @@ def ensure_entries(tab, arena, meta, more):
         out = np.zeros((size, arena.shape[1]), np.int64)
         meta[M_TOP] = _compact_into(tab, arena, out)
         meta[M_GARB] = 0
+        meta[M_FREE:] = -1
         return out
     size = max(2 * arena.shape[0], meta[M_TOP] + more + (meta[M_TOP] >> 1))
     out = np.zeros((size, arena.shape[1]), np.int64)
@@ -275,6 +355,7 @@ def gc(tab, arena, meta):
                           arena.shape[1]), np.int64)
         meta[M_TOP] = _compact_into(tab, arena, out_a)
         meta[M_GARB] = 0
+        meta[M_FREE:] = -1
         arena = out_a
     return tab, arena
 
@@ -327,7 +408,8 @@ def _block_add(tab, arena, meta, row, blk, src, x0, x1, c0, vw, dcol, it):
     cp = _cap(ln)
     m = x1 - x0
     if ln + m <= cp and m <= 8:
-        # in place, entry by entry (blocks are short)
+        # in place, entry by entry (blocks are short); what the block no longer
+        # needs is freed at the end (an entry may cancel before another is added)
         for x in range(x0, x1):
             pos = np.int64(0)
             found = False
@@ -349,8 +431,6 @@ def _block_add(tab, arena, meta, row, blk, src, x0, x1, c0, vw, dcol, it):
                             arena[q, c] = arena[q + 1, c]
                     ln -= 1
                     meta[M_LIVE] -= 1
-                    meta[M_GARB] += cp - _cap(ln)      # the tail no longer owned
-                    cp = _cap(ln)
                 else:
                     arena[off + pos, DF] = s
             else:
@@ -367,11 +447,11 @@ def _block_add(tab, arena, meta, row, blk, src, x0, x1, c0, vw, dcol, it):
                 arena[off + pos, DF] = src[x, dcol]
                 ln += 1
                 meta[M_LIVE] += 1
+        _free_tail(arena, meta, off, cp, _cap(ln))
     else:
-        # merge into a fresh block at the top
+        # merge into a fresh chunk, then free the old one and the new one's excess
         ncap = _cap(ln + m)
-        noff = meta[M_TOP]
-        meta[M_TOP] = noff + ncap
+        noff = _alloc(arena, meta, ncap)
         a = np.int64(0)
         x = x0
         o = noff
@@ -408,7 +488,8 @@ def _block_add(tab, arena, meta, row, blk, src, x0, x1, c0, vw, dcol, it):
                 a += 1
                 x += 1
         nl = o - noff
-        meta[M_GARB] += cp + ncap - _cap(nl)
+        _free_tail(arena, meta, off, cp, 0)
+        _free_tail(arena, meta, noff, ncap, _cap(nl))
         meta[M_LIVE] += nl - ln
         ln = nl
         tab[row, cb] = noff

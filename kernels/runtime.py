@@ -56,7 +56,7 @@ from numba.typed import List
 from .batch import (advance, concat_batches, fence, key_ranges, merge, seek, seek_fenced,
                     sort_consolidate)
 from .hooks import _HOOKS, _cb_batch, _cb_logic, _cb_warn, set_hooks  # noqa: F401
-from .hstate import M_LIVE, gc as _hs_gc
+from .hstate import M_LIVE, gc as _hs_gc, new_meta as _hs_new_meta
 from .reduce import (L_CALLBACK, L_COUNT, L_DISTINCT, L_MAX, L_MIN, L_SUM,  # noqa: F401
                      L_TOP_K, LOGIC, _accumulate, _logic_count, _logic_extreme,
                      _logic_sum, _logic_top_k)
@@ -184,9 +184,7 @@ def new_state(n_queues, n_spines, n_held, n_pend, pend_w, n_out, n_nodes, n_loop
     for l in range(n_loops):
         kwm = loop_kv[l, 0]
         vwm = loop_kv[l, 1]
-        meta = np.zeros(8, np.int64)
-        meta[6] = kwm
-        meta[7] = vwm
+        meta = _hs_new_meta(kwm, vwm)
         hs.append((np.zeros((16, kwm + 6), np.int64), np.zeros((64, vwm + 2), np.int64),
                    meta))
     # filled by ddnumba.native (add_seq_loop) for the loops that run sequentially

@@ -48,6 +48,32 @@ def _check(tab, arena, meta, model):
                 order = [tuple(x[:vw]) + (x[-2],) for x in e]
                 assert order == sorted(set(order)), "block not sorted or repeated"
                 assert tab[r, KW + 2 + 2 * blk] == len(e)
+    _check_space(tab, arena, meta)
+
+
+def _check_space(tab, arena, meta):
+    """Blocks and free chunks tile the arena below its top without overlap, and the
+    counters agree with them."""
+    KW = tab.shape[1] - H.RW_EXTRA
+    spans = []
+    for r in range(tab.shape[0]):
+        if tab[r, 0]:
+            for blk in (0, 1):
+                ln = int(tab[r, KW + 2 + 2 * blk])
+                if ln:
+                    cap = 1 << (ln - 1).bit_length()
+                    spans.append((int(tab[r, KW + 1 + 2 * blk]), cap, "block"))
+    free = H.free_chunks(arena, meta)
+    assert sum(c for _, c in free) == meta[H.M_GARB]
+    spans += [(o, c, "free") for o, c in free]
+    spans.sort()
+    end = 0
+    for o, c, what in spans:
+        assert o >= end, f"{what} at {o} overlaps the span before it"
+        end = o + c
+    assert end <= meta[H.M_TOP] <= arena.shape[0]
+    # nothing below the top is lost: blocks and free chunks cover it
+    assert sum(c for _, c, _w in spans) == meta[H.M_TOP]
 
 
 @settings(max_examples=40, deadline=None)

@@ -57,7 +57,8 @@ def test_bench_profile_names_the_kernels(tmp_path):
     assert os.path.getsize(tmp_path / "reach.data") > 0
     assert "refcount" not in fig
     # with the stack words: reference counting is attributed to kernels
-    fig, rows = profile_reach(200, 50, 2000, out=str(tmp_path / "reach2.data"), top=50,
+    # (enough changes for a few dozen reference counting samples on a busy machine)
+    fig, rows = profile_reach(200, 50, 8000, out=str(tmp_path / "reach2.data"), top=50,
                               callers=True)
     share, callers = fig["refcount"]
     assert 0 < share < 100
