@@ -16,8 +16,8 @@ traces):
 * ``tab[cap, KW + 6]``: one row per (trace, key): ``tag`` (the trace's id plus one;
   0 is an empty slot), the key padded to ``KW`` words, two *blocks* in the arena
   (offset and length each: block 0 holds the trace, block 1 the output of a reduce
-  that is the trace's only reader, so that one lookup finds both; a block's capacity
-  is its length rounded up to a power of two) and a *stamp* (used by a reduce to
+  that is the trace's only reader, so that one lookup finds both; a block's length
+  word also holds its capacity, a power of two, in its high bits) and a *stamp* (used by a reduce to
   evaluate a key once a round). With keys of two words a row is 64 bytes. Rows are found by
   linear probing from a hash of the key words only, so the rows of one key in
   different traces (a join's two inputs) sit next to each other.
@@ -27,11 +27,12 @@ traces):
 * ``meta``: counters (rows used, arena top, free entries, live entries, empty rows,
   epoch), then the heads of the arena's free lists.
 
-Arena space is handed out in power-of-two chunks. A block that grows relocates to a
-chunk of the next capacity; the chunk it leaves, and the unused tail of a block that
-shrank (split into power-of-two pieces), go on the free list of their size, and
-allocation takes from that list before bumping the arena's top. So the same space
-serves key after key, and the top only moves with the live state. The arena is
+Arena space is handed out in power-of-two chunks. A block that outgrows its chunk
+relocates to one of the capacity it needs; a block keeps its chunk while it shrinks
+and gives it up when empty. Chunks given up go on the free list of their size (whole,
+never split, so they fit the next block of that size), and allocation takes from that
+list before bumping the arena's top. So the same space serves key after key, and the
+top only moves with the live state. The arena is
 compacted when free space outweighs live entries anyway (after a large state
 shrank, say), and :func:`gc` drops the rows of keys whose history cancelled out, so
 memory follows the live state.
@@ -66,6 +67,8 @@ META_LEN = M_FREE + N_CLASSES
 OVERFLOW = -1   # code: a diff sum overflows int64
 
 RW_EXTRA = 6    # row words besides the key: tag, 2 x (offset, length), stamp
+LEN_BITS = 40   # a block's length word: length | (log2(capacity) + 1) << LEN_BITS
+LEN_MASK = (1 << LEN_BITS) - 1
 
 _LOAD_NUM = 3   # at most 3/4 of the table's rows are occupied
 _LOAD_DEN = 4
@@ -148,14 +151,16 @@ def _new_row(tab, meta, slot, tag, src, i, c0, kw):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _set_len(tab, meta, row, blk, ln):
-    """Set a block's length, keeping the count of empty rows."""
+def _set_block(tab, meta, row, blk, off, cp, ln):
+    """Set a block's offset, capacity and length, keeping the count of empty rows."""
     KW = tab.shape[1] - RW_EXTRA
     c = KW + 2 + 2 * blk
     o = KW + 4 - 2 * blk        # the other block's length
-    was = tab[row, c] + tab[row, o]
-    tab[row, c] = ln
-    now = ln + tab[row, o]
+    other = tab[row, o] & LEN_MASK
+    was = (tab[row, c] & LEN_MASK) + other
+    tab[row, c - 1] = off
+    tab[row, c] = ln | ((_cls(cp) + 1) << LEN_BITS) if cp > 0 else ln
+    now = ln + other
     if was == 0 and now > 0:
         meta[M_EMPTY] -= 1
     elif was > 0 and now == 0:
@@ -168,6 +173,19 @@ def _same_key(a, i, ca, b, j, cb, kw):
         if a[i, ca + c] != b[j, cb + c]:
             return False
     return True
+
+
+@njit(cache=True, nogil=True, inline="always")
+def blen(tab, row, blk):
+    """The length of block ``blk`` of ``row``."""
+    return tab[row, tab.shape[1] - RW_EXTRA + 2 + 2 * blk] & LEN_MASK
+
+
+@njit(cache=True, nogil=True, inline="always")
+def bcap(tab, row, blk):
+    """The capacity of block ``blk`` of ``row`` (0: it has no chunk)."""
+    k = tab[row, tab.shape[1] - RW_EXTRA + 2 + 2 * blk] >> LEN_BITS
+    return np.int64(0) if k == 0 else np.int64(1) << (k - 1)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -200,21 +218,6 @@ def _free(arena, meta, off, cp):
     arena[off, 0] = meta[c]
     meta[c] = off
     meta[M_GARB] += cp
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _free_tail(arena, meta, off, have, keep):
-    """A block of capacity ``have`` at ``off`` keeps only its first ``keep`` entries
-    (0, or a power of two up to ``have``): the rest goes on the free lists, as chunks
-    of ``keep``, ``2 * keep``, ... entries."""
-    if keep == 0:
-        if have > 0:
-            _free(arena, meta, off, have)
-        return
-    c = keep
-    while c < have:
-        _free(arena, meta, off + c, c)
-        c <<= 1
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -277,8 +280,9 @@ def ensure_rows(tab, meta, more):
 
 @njit(cache=True, nogil=True)
 def _compact_into(tab, arena, out):
-    """Copy every non-empty block into ``out`` back to back (each taking its
-    capacity); rows get their new offsets. Returns the new top."""
+    """Copy every non-empty block into ``out`` back to back (each taking its length
+    rounded up to a power of two); rows get their new offsets and capacities. Returns
+    the new top."""
     KW = tab.shape[1] - RW_EXTRA
     top = np.int64(0)
     ew = arena.shape[1]
@@ -287,16 +291,19 @@ def _compact_into(tab, arena, out):
             continue
         for b in range(2):
             c = KW + 1 + 2 * b
-            ln = tab[r, c + 1]
+            ln = tab[r, c + 1] & LEN_MASK
             if ln == 0:
                 tab[r, c] = -1
+                tab[r, c + 1] = 0
                 continue
             off = tab[r, c]
             for e in range(ln):
                 for q in range(ew):
                     out[top + e, q] = arena[off + e, q]
+            cp = _cap(ln)
             tab[r, c] = top
-            top += _cap(ln)
+            tab[r, c + 1] = ln | ((_cls(cp) + 1) << LEN_BITS)
+            top += cp
     return top
 
 
@@ -304,19 +311,22 @@ def _compact_into(tab, arena, out):
 def ensure_entries(tab, arena, meta, more):
     """``arena``, or a new one, with room for ``more`` entries at its top. When most
     of the arena is free, blocks are compacted into the new one instead of growing
-    it."""
+    it.
+
+    New arenas are not zero-filled: nothing past the top is read before a block or a
+    free chunk is written there, and untouched capacity takes no memory."""
     if meta[M_TOP] + more <= arena.shape[0]:
         return arena
     live = meta[M_LIVE]
     if meta[M_GARB] >= live:
         size = max(np.int64(16), 2 * (2 * live + more))
-        out = np.zeros((size, arena.shape[1]), np.int64)
+        out = np.empty((size, arena.shape[1]), np.int64)
         meta[M_TOP] = _compact_into(tab, arena, out)
         meta[M_GARB] = 0
         meta[M_FREE:] = -1
         return out
     size = max(2 * arena.shape[0], meta[M_TOP] + more + (meta[M_TOP] >> 1))
-    out = np.zeros((size, arena.shape[1]), np.int64)
+    out = np.empty((size, arena.shape[1]), np.int64)
     top = meta[M_TOP]
     out[:top] = arena[:top]
     return out
@@ -340,7 +350,7 @@ def gc(tab, arena, meta):
         for r in range(tab.shape[0]):
             if tab[r, 0] == 0:
                 continue
-            if tab[r, KW + 2] == 0 and tab[r, KW + 4] == 0:
+            if tab[r, KW + 2] & LEN_MASK == 0 and tab[r, KW + 4] & LEN_MASK == 0:
                 continue
             b = _hash(tab, r, 1, KW, KW) & mask
             while out[b, 0] != 0:
@@ -351,7 +361,7 @@ def gc(tab, arena, meta):
         meta[M_ROWS] = keep
         meta[M_EMPTY] = 0
     if meta[M_GARB] > meta[M_LIVE] and meta[M_TOP] > 1024:
-        out_a = np.zeros((max(np.int64(16), 2 * meta[M_LIVE] + (meta[M_LIVE] >> 1)),
+        out_a = np.empty((max(np.int64(16), 2 * meta[M_LIVE] + (meta[M_LIVE] >> 1)),
                           arena.shape[1]), np.int64)
         meta[M_TOP] = _compact_into(tab, arena, out_a)
         meta[M_GARB] = 0
@@ -386,9 +396,8 @@ def _block_need(tab, row, blk, m):
     """Arena entries that adding ``m`` entries to a block may take (0: in place)."""
     if row < 0:
         return _cap(m)
-    KW = tab.shape[1] - RW_EXTRA
-    ln = tab[row, KW + 2 + 2 * blk]
-    if ln + m > _cap(ln) or m > 8:
+    ln = blen(tab, row, blk)
+    if ln + m > bcap(tab, row, blk) or m > 8:
         return _cap(ln + m)
     return np.int64(0)
 
@@ -404,12 +413,12 @@ def _block_add(tab, arena, meta, row, blk, src, x0, x1, c0, vw, dcol, it):
     DF = EW - 1
     cb = KW + 1 + 2 * blk
     off = tab[row, cb]
-    ln = tab[row, cb + 1]
-    cp = _cap(ln)
+    ln = blen(tab, row, blk)
+    cp = bcap(tab, row, blk)
     m = x1 - x0
     if ln + m <= cp and m <= 8:
-        # in place, entry by entry (blocks are short); what the block no longer
-        # needs is freed at the end (an entry may cancel before another is added)
+        # in place, entry by entry (blocks are short); the block keeps its chunk
+        # unless it ends up empty (an entry may cancel before another is added)
         for x in range(x0, x1):
             pos = np.int64(0)
             found = False
@@ -447,9 +456,12 @@ def _block_add(tab, arena, meta, row, blk, src, x0, x1, c0, vw, dcol, it):
                 arena[off + pos, DF] = src[x, dcol]
                 ln += 1
                 meta[M_LIVE] += 1
-        _free_tail(arena, meta, off, cp, _cap(ln))
+        if ln == 0:
+            _free(arena, meta, off, cp)
+            off = -1
+            cp = 0
     else:
-        # merge into a fresh chunk, then free the old one and the new one's excess
+        # merge into a fresh chunk, then free the old one
         ncap = _cap(ln + m)
         noff = _alloc(arena, meta, ncap)
         a = np.int64(0)
@@ -488,12 +500,17 @@ def _block_add(tab, arena, meta, row, blk, src, x0, x1, c0, vw, dcol, it):
                 a += 1
                 x += 1
         nl = o - noff
-        _free_tail(arena, meta, off, cp, 0)
-        _free_tail(arena, meta, noff, ncap, _cap(nl))
+        if cp > 0:
+            _free(arena, meta, off, cp)
         meta[M_LIVE] += nl - ln
         ln = nl
-        tab[row, cb] = noff
-    _set_len(tab, meta, row, blk, ln)
+        off = noff
+        cp = ncap
+        if ln == 0:
+            _free(arena, meta, off, cp)
+            off = -1
+            cp = 0
+    _set_block(tab, meta, row, blk, off, cp, ln)
     return 0
 
 
@@ -578,7 +595,7 @@ def read_key(tab, arena, row, blk):
     if row < 0:
         return np.empty((0, arena.shape[1]), np.int64)
     off = tab[row, KW + 1 + 2 * blk]
-    ln = tab[row, KW + 2 + 2 * blk]
+    ln = blen(tab, row, blk)
     return arena[off:off + ln].copy()
 
 
@@ -590,7 +607,7 @@ def dump(tab, arena, tag, kw, blk):
     n = np.int64(0)
     for r in range(tab.shape[0]):
         if tab[r, 0] == tag:
-            n += tab[r, KW + 2 + 2 * blk]
+            n += blen(tab, r, blk)
     keys = np.empty((n, kw), np.int64)
     ents = np.empty((n, arena.shape[1]), np.int64)
     o = np.int64(0)
@@ -598,7 +615,7 @@ def dump(tab, arena, tag, kw, blk):
         if tab[r, 0] != tag:
             continue
         off = tab[r, KW + 1 + 2 * blk]
-        for e in range(tab[r, KW + 2 + 2 * blk]):
+        for e in range(blen(tab, r, blk)):
             for c in range(kw):
                 keys[o, c] = tab[r, 1 + c]
             for c in range(arena.shape[1]):

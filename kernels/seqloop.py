@@ -60,8 +60,9 @@ from numba import njit
 
 from .batch import sort_consolidate
 from .hooks import _cb_warn
-from .hstate import (M_EPOCH, M_TOP, OVERFLOW, RW_EXTRA, _block_add, _block_need,
-                     _find, _new_row, ensure_entries, ensure_rows, insert_delta)
+from .hstate import (LEN_MASK, M_EPOCH, M_TOP, OVERFLOW, RW_EXTRA, _block_add,
+                     _block_need, _find, _new_row, ensure_entries, ensure_rows,
+                     insert_delta)
 from .hstate import _same_key as _same
 from .reduce import L_COUNT, L_DISTINCT, L_MAX, L_MIN, L_SUM, L_TOP_K
 from .rows import add_checked, leaf, mul_checked
@@ -149,6 +150,14 @@ OVF_IN = -5        # a sum of input diffs
 OVF_LOGIC = -6     # count / sum
 OVF_CORR = -7      # a correction
 OVF_PAIR = -8      # a join product
+
+# A run's scratch counters (one small array, so that steps allocate nothing).
+SC_NC = 0       # reduce: corrections written (1)
+SC_QC = 1       # reduce: schedule count, least iteration, keys evaluated (3)
+SC_POS = 4      # reduce: resume position, amount needed (2)
+SC_TAKE = 6     # _take: rows moved, rows left, least iteration left (3)
+SC_JPOS = 9     # join: resume row, rows needed, count so far (3)
+SC_LEN = 12
 
 # Status codes (as kernels.runtime).
 OK = 0
@@ -301,7 +310,7 @@ def _take_at(q, n, j, out, res):
 
 
 @njit(cache=True, nogil=True)
-def _take(bufs, bn, bmin, q, d, j):
+def _take(bufs, bn, bmin, q, d, j, scr):
     """Rows of queue ``q`` at iteration ``j`` into buffer ``d`` (its count set);
     returns how many."""
     n = bn[q]
@@ -315,7 +324,7 @@ def _take(bufs, bn, bmin, q, d, j):
     if out.shape[0] < n:
         out = _grown(out, 0, n)
         bufs[d] = out
-    res = np.empty(3, np.int64)
+    res = scr[SC_TAKE:SC_TAKE + 3]
     _take_at(bufs[q], n, j, out, res)
     bn[d] = res[0]
     bn[q] = res[1]
@@ -403,7 +412,7 @@ def _pairs_trace(tab, arena, tag, dd, nd, kw, dvw, ovw, delta_left, j, od, o, po
             row = _find(tab, tag, dd, r, 2, kw)
             if row >= 0:
                 off = tab[row, KW + 1]
-                ln = tab[row, KW + 2]
+                ln = tab[row, KW + 2] & LEN_MASK
             else:
                 ln = 0
             first = False
@@ -442,9 +451,10 @@ _JOIN_OVF = "join: a product of diffs overflows int64 (in a loop)"
 
 
 @njit(cache=True, nogil=True)
-def _join_trace(tab, arena, tag, dd, nd, kw, dvw, ovw, delta_left, j, bufs, ob, o):
+def _join_trace(tab, arena, tag, dd, nd, kw, dvw, ovw, delta_left, j, bufs, ob, o, scr):
     """:func:`_pairs_trace` over a whole delta, growing output buffer ``ob``."""
-    pos = np.zeros(3, np.int64)
+    pos = scr[SC_JPOS:SC_JPOS + 3]
+    pos[0] = 0
     while True:
         od = bufs[ob]
         r = _pairs_trace(tab, arena, tag, dd, nd, kw, dvw, ovw, delta_left, j, od, o, pos)
@@ -500,7 +510,7 @@ def _join_deltas(ld, nl, rd, nr, kw, j, bufs, ob, o):
 
 
 @njit(cache=True, nogil=True)
-def _step_join(lp, bufs, bn, bmin, stats, tab, arena, meta, ln, t, j):
+def _step_join(lp, bufs, bn, bmin, stats, tab, arena, meta, ln, t, j, scr):
     nodes = _nodes(lp)
     la = nodes[ln, P_LEFT]
     ra = nodes[ln, P_RIGHT]
@@ -523,20 +533,22 @@ def _step_join(lp, bufs, bn, bmin, stats, tab, arena, meta, ln, t, j):
     if nodes[ln, P_JFUSED] == 1:
         # the join owns both traces: dL x R, L += dL, dR x L (which has dL), R += dR
         if nl:
-            o = _join_trace(tab, arena, tr, bufs[dl], nl, kw, lvw, rvw, True, j, bufs, ob, o)
+            o = _join_trace(tab, arena, tr, bufs[dl], nl, kw, lvw, rvw, True, j, bufs, ob, o,
+                            scr)
             tab, arena = insert_delta(tab, arena, meta, tl, 0, bufs[dl], nl, kw, lvw, j,
                                       what)
         if nr:
             o = _join_trace(tab, arena, tl, bufs[dr], nr, kw, rvw, lvw, False, j, bufs, ob,
-                            o)
+                            o, scr)
             tab, arena = insert_delta(tab, arena, meta, tr, 0, bufs[dr], nr, kw, rvw, j,
                                       what)
     else:
         if nl:
-            o = _join_trace(tab, arena, tr, bufs[dl], nl, kw, lvw, rvw, True, j, bufs, ob, o)
+            o = _join_trace(tab, arena, tr, bufs[dl], nl, kw, lvw, rvw, True, j, bufs, ob, o,
+                            scr)
         if nr:
             o = _join_trace(tab, arena, tl, bufs[dr], nr, kw, rvw, lvw, False, j, bufs, ob,
-                            o)
+                            o, scr)
             if nl:
                 o = _join_deltas(bufs[dl], nl, bufs[dr], nr, kw, j, bufs, ob, o)
     _emit(lp, bufs, bn, bmin, stats, ln, bufs[ob], o, t)
@@ -623,9 +635,9 @@ def _reduce_keys(tab, arena, meta, tag_in, tag_out, blk, kw, vw, ow, logic, lpar
         ln_in = np.int64(0)
         if row_in >= 0:
             off_in = tab[row_in, KW + 1]
-            ln_in = tab[row_in, KW + 2]
+            ln_in = tab[row_in, KW + 2] & LEN_MASK
         off_o = tab[row_out, ob]
-        ln_o = tab[row_out, ob + 1]
+        ln_o = tab[row_out, ob + 1] & LEN_MASK
         need = max(ln_in + m, ln_o) + 1
         if need > acc.shape[0] or need > des.shape[0] or need > cur.shape[0]:
             pos[1] = need
@@ -855,14 +867,14 @@ def _reduce_overflow(code, logic):
 
 
 @njit(cache=True, nogil=True)
-def _step_reduce(lp, bufs, bn, bmin, stats, tab, arena, meta, ln, t, j):
+def _step_reduce(lp, bufs, bn, bmin, stats, tab, arena, meta, ln, t, j, scr):
     nodes = _nodes(lp)
     la = nodes[ln, P_ARR]
     dq = nodes[la, P_D]
     nd = bn[dq]
     sq = nodes[ln, P_Q]
     ss = nodes[ln, P_SCHED]
-    ns = _take(bufs, bn, bmin, sq, ss, j)
+    ns = _take(bufs, bn, bmin, sq, ss, j, scr)
     if nd == 0 and ns == 0:
         return tab, arena
     kw = nodes[ln, P_RKW]
@@ -875,11 +887,15 @@ def _step_reduce(lp, bufs, bn, bmin, stats, tab, arena, meta, ln, t, j):
     if bn[sq] + nd + ns > qbuf.shape[0]:
         bufs[sq] = _grown(qbuf, bn[sq], bn[sq] + nd + ns)
     ob = nodes[ln, P_D]
-    nc = np.zeros(1, np.int64)
-    qc = np.zeros(3, np.int64)
+    nc = scr[SC_NC:SC_NC + 1]
+    nc[0] = 0
+    qc = scr[SC_QC:SC_QC + 3]
     qc[0] = bn[sq]
     qc[1] = bmin[sq]
-    pos = np.zeros(2, np.int64)
+    qc[2] = 0
+    pos = scr[SC_POS:SC_POS + 2]
+    pos[0] = 0
+    pos[1] = 0
     while True:
         code = _reduce_keys(tab, arena, meta, nodes[ln, P_TAG_IN], nodes[ln, P_TAG_OUT],
                             nodes[ln, P_BLK], kw, vw, ow, logic, nodes[ln, P_LPARAM], j,
@@ -909,12 +925,12 @@ def _step_reduce(lp, bufs, bn, bmin, stats, tab, arena, meta, ln, t, j):
 
 
 @njit(cache=True, nogil=True)
-def _step_buffered(lp, bufs, bn, bmin, stats, ln, t, j):
+def _step_buffered(lp, bufs, bn, bmin, stats, ln, t, j, scr):
     """Arrange, consolidate or feedback: take the rows at ``j``, consolidate them into
     the node's delta buffer; consolidate and feedback emit it."""
     nodes = _nodes(lp)
     d = nodes[ln, P_D]
-    n = _take(bufs, bn, bmin, nodes[ln, P_Q], d, j)
+    n = _take(bufs, bn, bmin, nodes[ln, P_Q], d, j, scr)
     if n == 0:
         return
     g = nodes[ln, P_NODE]
@@ -967,6 +983,7 @@ def run_times(lp, bufs, bn, bmin, tab, arena, meta, ups, times, stats, info):
     ne = len(ups)
     ptr = np.zeros(ne, np.int64)
     leave0 = np.zeros(nl, np.int64)     # leave buffers' rows before the current time
+    scr = np.zeros(SC_LEN, np.int64)
     for ti in range(times.shape[0]):
         t = times[ti]
         for ln in range(nl):
@@ -1008,19 +1025,19 @@ def run_times(lp, bufs, bn, bmin, tab, arena, meta, ups, times, stats, info):
                 if kind == S_ARRANGE or kind == S_CONSOL or kind == S_FEEDBACK:
                     q = nodes[ln, P_Q]
                     if bn[q] and bmin[q] <= j:
-                        _step_buffered(lp, bufs, bn, bmin, stats, ln, t, j)
+                        _step_buffered(lp, bufs, bn, bmin, stats, ln, t, j, scr)
                     else:
                         bn[nodes[ln, P_D]] = 0
                 elif kind == S_JOIN:
                     if bn[nodes[nodes[ln, P_LEFT], P_D]] or \
                             bn[nodes[nodes[ln, P_RIGHT], P_D]]:
                         tab, arena = _step_join(lp, bufs, bn, bmin, stats, tab, arena,
-                                                meta, ln, t, j)
+                                                meta, ln, t, j, scr)
                 elif kind == S_REDUCE:
                     q = nodes[ln, P_Q]
                     if bn[nodes[nodes[ln, P_ARR], P_D]] or (bn[q] and bmin[q] <= j):
                         tab, arena = _step_reduce(lp, bufs, bn, bmin, stats, tab, arena,
-                                                  meta, ln, t, j)
+                                                  meta, ln, t, j, scr)
             # deltas of arrangements not inserted by their reader go in now
             for ln in range(nl):
                 if nodes[ln, P_KIND] != S_ARRANGE:

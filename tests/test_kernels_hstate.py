@@ -47,7 +47,8 @@ def _check(tab, arena, meta, model):
                 e = H.read_key(tab, arena, r, blk)
                 order = [tuple(x[:vw]) + (x[-2],) for x in e]
                 assert order == sorted(set(order)), "block not sorted or repeated"
-                assert tab[r, KW + 2 + 2 * blk] == len(e)
+                assert H.blen(tab, r, blk) == len(e)
+                assert H.bcap(tab, r, blk) >= len(e)
     _check_space(tab, arena, meta)
 
 
@@ -59,9 +60,11 @@ def _check_space(tab, arena, meta):
     for r in range(tab.shape[0]):
         if tab[r, 0]:
             for blk in (0, 1):
-                ln = int(tab[r, KW + 2 + 2 * blk])
+                ln = int(H.blen(tab, r, blk))
+                cap = int(H.bcap(tab, r, blk))
+                assert (cap == 0) == (ln == 0), "a chunk without entries, or no chunk"
+                assert cap & (cap - 1) == 0
                 if ln:
-                    cap = 1 << (ln - 1).bit_length()
                     spans.append((int(tab[r, KW + 1 + 2 * blk]), cap, "block"))
     free = H.free_chunks(arena, meta)
     assert sum(c for _, c in free) == meta[H.M_GARB]
