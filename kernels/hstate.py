@@ -417,19 +417,20 @@ def _block_add(tab, arena, meta, row, blk, src, x0, x1, c0, vw, dcol, it):
     cp = bcap(tab, row, blk)
     m = x1 - x0
     if ln + m <= cp and m <= 8:
-        # in place, entry by entry (blocks are short); the block keeps its chunk
-        # unless it ends up empty (an entry may cancel before another is added)
+        # in place, entry by entry (few entries, each found by bisection from where
+        # the previous one went: they ascend); the block keeps its chunk unless it
+        # ends up empty (an entry may cancel before another is added)
+        lo = np.int64(0)
         for x in range(x0, x1):
-            pos = np.int64(0)
-            found = False
-            while pos < ln:
-                c = _cmp_entry(arena, off + pos, src, x, c0, vw, it)
-                if c == 0:
-                    found = True
-                    break
-                if c > 0:
-                    break
-                pos += 1
+            hi = ln
+            while lo < hi:
+                mid = (lo + hi) >> 1
+                if _cmp_entry(arena, off + mid, src, x, c0, vw, it) < 0:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            pos = lo
+            found = pos < ln and _cmp_entry(arena, off + pos, src, x, c0, vw, it) == 0
             if found:
                 s, ov = add_checked(arena[off + pos, DF], src[x, dcol])
                 if ov:
