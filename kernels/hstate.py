@@ -28,10 +28,10 @@ traces):
   epoch), then the heads of the arena's free lists.
 
 Arena space is handed out in power-of-two chunks. A block that outgrows its chunk
-relocates to one of the capacity it needs; a block keeps its chunk while it shrinks
-and gives it up when empty. Chunks given up go on the free list of their size (whole,
-never split, so they fit the next block of that size), and allocation takes from that
-list before bumping the arena's top. So the same space serves key after key, and the
+relocates to one of the capacity it needs; a block keeps its chunk while it shrinks,
+down to a quarter full (then it gives up the upper half), and gives it up when empty.
+Chunks given up go on the free list of their size, so they fit the next block of
+that size, and allocation takes from that list before bumping the arena's top. So the same space serves key after key, and the
 top only moves with the live state. The arena is
 compacted when free space outweighs live entries anyway (after a large state
 shrank, say), and :func:`gc` drops the rows of keys whose history cancelled out, so
@@ -418,8 +418,8 @@ def _block_add(tab, arena, meta, row, blk, src, x0, x1, c0, vw, dcol, it):
     m = x1 - x0
     if ln + m <= cp and m <= 8:
         # in place, entry by entry (few entries, each found by bisection from where
-        # the previous one went: they ascend); the block keeps its chunk unless it
-        # ends up empty (an entry may cancel before another is added)
+        # the previous one went: they ascend); space is given up at the end (an entry
+        # may cancel before another is added)
         lo = np.int64(0)
         for x in range(x0, x1):
             hi = ln
@@ -457,10 +457,6 @@ def _block_add(tab, arena, meta, row, blk, src, x0, x1, c0, vw, dcol, it):
                 arena[off + pos, DF] = src[x, dcol]
                 ln += 1
                 meta[M_LIVE] += 1
-        if ln == 0:
-            _free(arena, meta, off, cp)
-            off = -1
-            cp = 0
     else:
         # merge into a fresh chunk, then free the old one
         ncap = _cap(ln + m)
@@ -507,10 +503,17 @@ def _block_add(tab, arena, meta, row, blk, src, x0, x1, c0, vw, dcol, it):
         ln = nl
         off = noff
         cp = ncap
-        if ln == 0:
+    if ln == 0:
+        if cp > 0:
             _free(arena, meta, off, cp)
-            off = -1
-            cp = 0
+        off = -1
+        cp = 0
+    else:
+        # a block at most a quarter full gives up its upper half (again if need be),
+        # so capacity stays under four times the length
+        while cp >= 4 and ln * 4 <= cp:
+            cp >>= 1
+            _free(arena, meta, off + cp, cp)
     _set_block(tab, meta, row, blk, off, cp, ln)
     return 0
 

@@ -64,6 +64,7 @@ def _check_space(tab, arena, meta):
                 cap = int(H.bcap(tab, r, blk))
                 assert (cap == 0) == (ln == 0), "a chunk without entries, or no chunk"
                 assert cap & (cap - 1) == 0
+                assert cap < 4 or 4 * ln > cap, "a block under a quarter full"
                 if ln:
                     spans.append((int(tab[r, KW + 1 + 2 * blk]), cap, "block"))
     free = H.free_chunks(arena, meta)
