@@ -17,10 +17,11 @@ traces):
   0 is an empty slot), the key padded to ``KW`` words, two *blocks* in the arena
   (offset and length each: block 0 holds the trace, block 1 the output of a reduce
   that is the trace's only reader, so that one lookup finds both; a block's length
-  word also holds its capacity, a power of two, in its high bits) and a *stamp* (used by a reduce to
-  evaluate a key once a round). With keys of two words a row is 64 bytes. Rows are found by
-  linear probing from a hash of the key words only, so the rows of one key in
-  different traces (a join's two inputs) sit next to each other.
+  word also holds its capacity, a power of two, in its high bits) and a *stamp*
+  (used by a reduce to evaluate a key once a round). With keys of two words a row
+  is 64 bytes. Rows are found by linear probing from a hash of the key words only,
+  so the rows of one key in different traces (a join's two inputs) sit next to each
+  other.
 * ``arena[acap, VW + 2]``: entries ``(vals padded to VW, iteration, diff)``; a key's
   block is sorted by ``(vals, iteration)`` with no zero diff and no two entries at
   the same ``(vals, iteration)``.
@@ -31,10 +32,10 @@ Arena space is handed out in power-of-two chunks. A block that outgrows its chun
 relocates to one of the capacity it needs; a block keeps its chunk while it shrinks,
 down to a quarter full (then it gives up the upper half), and gives it up when empty.
 Chunks given up go on the free list of their size, so they fit the next block of
-that size, and allocation takes from that list before bumping the arena's top. So the same space serves key after key, and the
-top only moves with the live state. The arena is
-compacted when free space outweighs live entries anyway (after a large state
-shrank, say), and :func:`gc` drops the rows of keys whose history cancelled out, so
+that size, and allocation takes from that list before bumping the arena's top. So
+the same space serves key after key, and the top only moves with the live state.
+The arena is compacted when free space outweighs live entries anyway (after a large
+state shrank, say), and :func:`gc` drops the rows of keys whose history cancelled out, so
 memory follows the live state.
 
 Kernels that touch state are *leaves* (:func:`ddnumba.kernels.rows.leaf`, no
@@ -159,7 +160,7 @@ def _set_block(tab, meta, row, blk, off, cp, ln):
     other = tab[row, o] & LEN_MASK
     was = (tab[row, c] & LEN_MASK) + other
     tab[row, c - 1] = off
-    tab[row, c] = ln | ((_cls(cp) + 1) << LEN_BITS) if cp > 0 else ln
+    tab[row, c] = _len_word(ln, cp)
     now = ln + other
     if was == 0 and now > 0:
         meta[M_EMPTY] -= 1
@@ -173,6 +174,12 @@ def _same_key(a, i, ca, b, j, cb, kw):
         if a[i, ca + c] != b[j, cb + c]:
             return False
     return True
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _len_word(ln, cp):
+    """A block's length word: length ``ln``, capacity ``cp`` (0 or a power of two)."""
+    return ln | ((_cls(cp) + 1) << LEN_BITS) if cp > 0 else ln
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -302,7 +309,7 @@ def _compact_into(tab, arena, out):
                     out[top + e, q] = arena[off + e, q]
             cp = _cap(ln)
             tab[r, c] = top
-            tab[r, c + 1] = ln | ((_cls(cp) + 1) << LEN_BITS)
+            tab[r, c + 1] = _len_word(ln, cp)
             top += cp
     return top
 
@@ -350,7 +357,7 @@ def gc(tab, arena, meta):
         for r in range(tab.shape[0]):
             if tab[r, 0] == 0:
                 continue
-            if tab[r, KW + 2] & LEN_MASK == 0 and tab[r, KW + 4] & LEN_MASK == 0:
+            if blen(tab, r, 0) == 0 and blen(tab, r, 1) == 0:
                 continue
             b = _hash(tab, r, 1, KW, KW) & mask
             while out[b, 0] != 0:

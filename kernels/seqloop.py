@@ -60,9 +60,8 @@ from numba import njit
 
 from .batch import sort_consolidate
 from .hooks import _cb_warn
-from .hstate import (LEN_MASK, M_EPOCH, M_TOP, OVERFLOW, RW_EXTRA, _block_add,
-                     _block_need, _find, _new_row, ensure_entries, ensure_rows,
-                     insert_delta)
+from .hstate import (M_EPOCH, M_TOP, OVERFLOW, RW_EXTRA, _block_add, _block_need,
+                     _find, _new_row, blen, ensure_entries, ensure_rows, insert_delta)
 from .hstate import _same_key as _same
 from .reduce import L_COUNT, L_DISTINCT, L_MAX, L_MIN, L_SUM, L_TOP_K
 from .rows import add_checked, leaf, mul_checked
@@ -412,7 +411,7 @@ def _pairs_trace(tab, arena, tag, dd, nd, kw, dvw, ovw, delta_left, j, od, o, po
             row = _find(tab, tag, dd, r, 2, kw)
             if row >= 0:
                 off = tab[row, KW + 1]
-                ln = tab[row, KW + 2] & LEN_MASK
+                ln = blen(tab, row, 0)
             else:
                 ln = 0
             first = False
@@ -533,8 +532,8 @@ def _step_join(lp, bufs, bn, bmin, stats, tab, arena, meta, ln, t, j, scr):
     if nodes[ln, P_JFUSED] == 1:
         # the join owns both traces: dL x R, L += dL, dR x L (which has dL), R += dR
         if nl:
-            o = _join_trace(tab, arena, tr, bufs[dl], nl, kw, lvw, rvw, True, j, bufs, ob, o,
-                            scr)
+            o = _join_trace(tab, arena, tr, bufs[dl], nl, kw, lvw, rvw, True, j, bufs, ob,
+                            o, scr)
             tab, arena = insert_delta(tab, arena, meta, tl, 0, bufs[dl], nl, kw, lvw, j,
                                       what)
         if nr:
@@ -544,8 +543,8 @@ def _step_join(lp, bufs, bn, bmin, stats, tab, arena, meta, ln, t, j, scr):
                                       what)
     else:
         if nl:
-            o = _join_trace(tab, arena, tr, bufs[dl], nl, kw, lvw, rvw, True, j, bufs, ob, o,
-                            scr)
+            o = _join_trace(tab, arena, tr, bufs[dl], nl, kw, lvw, rvw, True, j, bufs, ob,
+                            o, scr)
         if nr:
             o = _join_trace(tab, arena, tl, bufs[dr], nr, kw, rvw, lvw, False, j, bufs, ob,
                             o, scr)
@@ -635,9 +634,9 @@ def _reduce_keys(tab, arena, meta, tag_in, tag_out, blk, kw, vw, ow, logic, lpar
         ln_in = np.int64(0)
         if row_in >= 0:
             off_in = tab[row_in, KW + 1]
-            ln_in = tab[row_in, KW + 2] & LEN_MASK
+            ln_in = blen(tab, row_in, 0)
         off_o = tab[row_out, ob]
-        ln_o = tab[row_out, ob + 1] & LEN_MASK
+        ln_o = blen(tab, row_out, blk)
         need = max(ln_in + m, ln_o) + 1
         if need > acc.shape[0] or need > des.shape[0] or need > cur.shape[0]:
             pos[1] = need
