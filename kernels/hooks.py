@@ -8,10 +8,21 @@ after many iterations. Each ``objmode`` block lives in a tiny function of its ow
 function holding one is compiled in several passes (the block is lifted out), so
 keeping them small keeps that cheap. They sit in this module of their own so that the
 loop kernels (:mod:`ddnumba.kernels.seqloop`) and the runtime share them.
+
+:func:`alloc2d` is the other way out to Python: large arrays of long-lived, randomly
+accessed state are allocated by NumPy, which asks the kernel for transparent huge pages
+for them (``madvise``; Numba's own allocations get ordinary pages). Random access to
+gigabytes of hashed state then misses the TLB far less, and filling fresh memory
+takes a page fault per 2 MiB instead of per 4 KiB.
 """
+import numpy as np
 from numba import njit, objmode
 
-__all__ = ["set_hooks"]
+__all__ = ["set_hooks", "alloc2d", "HUGE_BYTES"]
+
+#: from this size on, NumPy marks an allocation for transparent huge pages (its
+#: threshold), so :func:`alloc2d` hands such allocations to it
+HUGE_BYTES = 1 << 22
 
 # Python hooks called from objmode: [batch callback, logic callback, warning].
 _HOOKS = [None, None, None]
@@ -54,3 +65,21 @@ def _cb_logic(n, mom_offs, acc_vals, acc_counts):
 def _cb_warn(loop, k):
     with objmode():
         _py_warn(loop, k)
+
+
+def _np_alloc(rows, cols, zero):
+    return np.zeros((rows, cols), np.int64) if zero else np.empty((rows, cols), np.int64)
+
+
+@njit(cache=True)
+def alloc2d(rows, cols, zero):
+    """A new ``int64[rows, cols]`` (zero-filled when ``zero``). Large ones come from
+    NumPy (huge pages, see the module's text); small ones from Numba, with no call
+    into Python."""
+    if rows * cols * 8 < HUGE_BYTES:
+        if zero:
+            return np.zeros((rows, cols), np.int64)
+        return np.empty((rows, cols), np.int64)
+    with objmode(out="int64[:, ::1]"):
+        out = _np_alloc(rows, cols, zero)
+    return out

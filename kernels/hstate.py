@@ -46,6 +46,7 @@ applies it. Diff sums are checked: an overflow is reported, never wrapped.
 import numpy as np
 from numba import njit
 
+from .hooks import alloc2d
 from .rows import add_checked, leaf
 
 __all__ = ["new_state", "new_meta", "insert_delta", "gc", "find_rows", "read_key",
@@ -260,7 +261,7 @@ def free_chunks(arena, meta):
 def _rehash(tab, cap):
     """``tab``'s rows in a table of ``cap`` slots (a power of two)."""
     KW = tab.shape[1] - RW_EXTRA
-    out = np.zeros((cap, tab.shape[1]), np.int64)
+    out = alloc2d(cap, tab.shape[1], True)
     mask = cap - 1
     for r in range(tab.shape[0]):
         if tab[r, 0] == 0:
@@ -327,13 +328,13 @@ def ensure_entries(tab, arena, meta, more):
     live = meta[M_LIVE]
     if meta[M_GARB] >= live:
         size = max(np.int64(16), 2 * (2 * live + more))
-        out = np.empty((size, arena.shape[1]), np.int64)
+        out = alloc2d(size, arena.shape[1], False)
         meta[M_TOP] = _compact_into(tab, arena, out)
         meta[M_GARB] = 0
         meta[M_FREE:] = -1
         return out
     size = max(2 * arena.shape[0], meta[M_TOP] + more + (meta[M_TOP] >> 1))
-    out = np.empty((size, arena.shape[1]), np.int64)
+    out = alloc2d(size, arena.shape[1], False)
     top = meta[M_TOP]
     out[:top] = arena[:top]
     return out
@@ -352,7 +353,7 @@ def gc(tab, arena, meta):
         cap = 16
         while cap * _LOAD_NUM < keep * _LOAD_DEN * 2:
             cap *= 2
-        out = np.zeros((cap, tab.shape[1]), np.int64)
+        out = alloc2d(cap, tab.shape[1], True)
         mask = cap - 1
         for r in range(tab.shape[0]):
             if tab[r, 0] == 0:
@@ -368,8 +369,8 @@ def gc(tab, arena, meta):
         meta[M_ROWS] = keep
         meta[M_EMPTY] = 0
     if meta[M_GARB] > meta[M_LIVE] and meta[M_TOP] > 1024:
-        out_a = np.empty((max(np.int64(16), 2 * meta[M_LIVE] + (meta[M_LIVE] >> 1)),
-                          arena.shape[1]), np.int64)
+        out_a = alloc2d(max(np.int64(16), 2 * meta[M_LIVE] + (meta[M_LIVE] >> 1)),
+                        arena.shape[1], False)
         meta[M_TOP] = _compact_into(tab, arena, out_a)
         meta[M_GARB] = 0
         meta[M_FREE:] = -1

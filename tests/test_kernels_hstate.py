@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from ddnumba.kernels import hstate as H
+from ddnumba.kernels.hooks import HUGE_BYTES, alloc2d
 
 # (kw, vw) of traces 1, 2, 3 (tags)
 SHAPES = {1: (1, 0), 2: (2, 1), 3: (1, 2)}
@@ -147,8 +148,29 @@ def test_hstate_long_blocks_and_growth():
     dd[:, 2] = np.arange(50_000)
     tab, arena = H.insert_delta(tab, arena, meta, 2, 0, dd, 50_000, 1, 1, 0, "x")
     assert meta[H.M_ROWS] == 50_000      # key 7 was there already
+    # the table grew past the size NumPy allocates (huge pages): nothing lost there
+    assert tab.nbytes >= HUGE_BYTES
+    for k in range(50_000):
+        model[(k, 0, 0)] = model.get((k, 0, 0), 0) + 1
+    keys, ents = H.dump(tab, arena, 2, 1, 0)
+    assert {(int(k[0]), int(e[0]), int(e[1])): int(e[2]) for k, e in zip(keys, ents)} \
+        == model
     rows = H.find_rows(tab, 2, np.arange(0, 50_000, 997).reshape(-1, 1), 1)
     assert (rows >= 0).all()
+
+
+@pytest.mark.parametrize("rows", [3, HUGE_BYTES // 32 + 1])
+def test_alloc2d_below_and_above_the_numpy_threshold(rows):
+    """Large state arrays come from NumPy (huge pages), small ones from Numba: both are
+    C-contiguous int64 arrays of the shape asked for, zero-filled when asked."""
+    z = alloc2d(rows, 4, True)
+    e = alloc2d(rows, 4, False)
+    for a in (z, e):
+        assert a.shape == (rows, 4) and a.dtype == np.int64 and a.flags.c_contiguous
+    assert not z.any()
+    e[:] = 7
+    z[-1, -1] = 1
+    assert (e == 7).all() and z.sum() == 1
 
 
 def test_hstate_overflow_raises():
