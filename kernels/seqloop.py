@@ -981,13 +981,9 @@ def run_times(lp, bufs, bn, bmin, tab, arena, meta, ups, times, stats, info):
     nl = nodes.shape[0]
     ne = len(ups)
     ptr = np.zeros(ne, np.int64)
-    leave0 = np.zeros(nl, np.int64)     # leave buffers' rows before the current time
     scr = np.zeros(SC_LEN, np.int64)
     for ti in range(times.shape[0]):
         t = times[ti]
-        for ln in range(nl):
-            if nodes[ln, P_KIND] == S_LEAVE:
-                leave0[ln] = bn[nodes[ln, P_Q]]
         for ln in range(nl):
             if nodes[ln, P_KIND] != S_ENTER:
                 continue
@@ -1051,16 +1047,6 @@ def run_times(lp, bufs, bn, bmin, tab, arena, meta, ups, times, stats, info):
                 bn[d] = 0
             info[2] += 1
             j = _next_round(lp, bn, bmin, j + 1)
-        # A leave drops the iteration: a time that sent many rows out (a load) is
-        # consolidated now, so the run's output holds one row per changed record.
-        for ln in range(nl):
-            if nodes[ln, P_KIND] != S_LEAVE:
-                continue
-            q = nodes[ln, P_Q]
-            n0 = leave0[ln]
-            if bn[q] - n0 > 4096:
-                b = bufs[q][n0:]
-                for r in range(bn[q] - n0):
-                    b[r, 0] = 0
-                bn[q] = n0 + _consolidate(b, bn[q] - n0, nodes[ln, P_W] + 1)
+    # (the leaves' rows are consolidated outside, iterations dropped, in one sort for
+    # the whole run: see kernels.runtime, K_LEAVE)
     return OK, tab, arena
