@@ -279,7 +279,9 @@ def _emit(lp, bufs, bn, bmin, stats, ln, src, n, t):
             stats[g, 0] += 1
             stats[g, 1] += n
             stats[g, 2] += n
-        stats[nodes[routes[r, R_SINK], P_NODE], 1] += n
+        if routes[r, R_LEAVE] == 0:
+            # (a leave counts its rows when the root scope takes them)
+            stats[nodes[routes[r, R_SINK], P_NODE], 1] += n
 
 
 @leaf

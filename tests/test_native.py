@@ -832,6 +832,54 @@ def test_sequential_loop_after_a_large_load():
         check(t, w[:, 0].copy(), w[:, 1].copy())
 
 
+def _node_rows(df, cls):
+    """Rows received by the native engine's nodes of class ``cls``."""
+    stats = df._native.st[10]
+    return [int(stats[i, 1]) for i, nd in enumerate(df._native.nodes)
+            if isinstance(nd, cls)]
+
+
+def test_sequential_leave_rows_consolidated_at_the_root():
+    """Least-label propagation improves labels over iterations, so within the load's
+    one outer time the loop sends a node's early labels out and retracts them later.
+    The leave's rows carry iterations; the root drops them and consolidates the run's
+    rows (there is no second consolidation in the loop), so the capture receives
+    exactly the final labels, which match networkx. The leave counts each row once."""
+    from ddnumba.algorithms import _propagate_min
+    from ddnumba.operators.iterate import LeaveNode
+    from ddnumba.operators.output import CaptureNode
+    rng = np.random.default_rng(5)
+    n, m = 1000, 2500
+    s, d = rng.integers(0, n, m), rng.integers(0, n, m)
+    df = dd.Dataflow(engine="native", loops="sequential")
+    li, lab0 = df.new_input(["node", "label"])
+    ei, edges = df.new_input(["src", "dst"])
+    cap = _propagate_min(edges, lab0).capture()
+    li.insert(np.arange(n), np.arange(n), time=0)
+    ei.insert(s, d, time=0)
+    li.advance_to(1)
+    ei.advance_to(1)
+    df.run()
+    assert df._native.sequential == [True]
+    g = nx.DiGraph()
+    g.add_nodes_from(range(n))
+    g.add_edges_from(zip(s.tolist(), d.tolist()))
+    want = {(v, min(nx.ancestors(g, v) | {v})) for v in range(n)}
+    t = cap.at(0)
+    got = {(int(a), int(b)) for a, b in zip(t.column(0).to_pylist(),
+                                            t.column(1).to_pylist())}
+    assert got == want
+    (left,) = _node_rows(df, LeaveNode)
+    assert left > 2 * len(want), "no label was improved: the test shows nothing"
+    assert _node_rows(df, CaptureNode) == [len(want)]
+    # every row the min emitted went out once (to the leave; the feedback also gets it)
+    from ddnumba.operators.reduce import ReduceNode
+    stats = df._native.st[10]
+    (emitted,) = [int(stats[i, 2]) for i, nd in enumerate(df._native.nodes)
+                  if isinstance(nd, ReduceNode)]
+    assert left == emitted
+
+
 def test_unknown_loop_mode(monkeypatch):
     monkeypatch.setenv("DDNUMBA_LOOPS", "fast")
     df = dd.Dataflow(engine="native")
