@@ -55,7 +55,7 @@ from numba.typed import List
 
 from .batch import (advance, concat_batches, fence, key_ranges, merge, seek, seek_fenced,
                     sort_consolidate)
-from .hooks import _HOOKS, _cb_batch, _cb_logic, _cb_warn, set_hooks  # noqa: F401
+from .hooks import _HOOKS, _cb_batch, _cb_logic, _cb_warn, set_hooks, trim_heap  # noqa: F401
 from .hstate import M_LIVE, gc as _hs_gc, new_meta as _hs_new_meta
 from .reduce import (L_CALLBACK, L_COUNT, L_DISTINCT, L_MAX, L_MIN, L_SUM,  # noqa: F401
                      L_TOP_K, LOGIC, _accumulate, _logic_count, _logic_extreme,
@@ -301,6 +301,9 @@ def _due(t, i, p, q, k):
 # SETTLE_RATIO, which also compacts it to the new frontier.
 MERGE_RATIO = 1
 SETTLE_RATIO = 8
+# A spine merge reading at least this many rows first returns the C heap's free pages
+# to the system (hooks.trim_heap), so its output does not come on top of them.
+TRIM_ROWS = 1 << 24
 INFO_SPINES = 8     # per-spine slots of info start here (see new_state)
 
 
@@ -314,7 +317,10 @@ def _merge_counted(x, m, since, info):
     """``merge`` of spine batch ``x`` (fenced) and ``m``, counted in ``info``: merges
     (``info[4]``) and rows read by them (``info[5]``)."""
     info[4] += 1
-    info[5] += x[2].shape[0] + m[2].shape[0]
+    rows = x[2].shape[0] + m[2].shape[0]
+    info[5] += rows
+    if rows >= TRIM_ROWS:
+        trim_heap()
     return merge((x[0], x[1], x[2]), m, since)
 
 
