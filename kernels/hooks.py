@@ -18,7 +18,7 @@ takes a page fault per 2 MiB instead of per 4 KiB.
 import numpy as np
 from numba import njit, objmode
 
-__all__ = ["set_hooks", "alloc2d", "HUGE_BYTES", "trim_heap"]
+__all__ = ["set_hooks", "alloc2d", "HUGE_BYTES", "trim_heap", "release_rows"]
 
 #: from this size on, NumPy marks an allocation for transparent huge pages (its
 #: threshold), so :func:`alloc2d` hands such allocations to it
@@ -85,21 +85,42 @@ def alloc2d(rows, cols, zero):
     return out
 
 
-def _find_malloc_trim():
-    """glibc's ``malloc_trim``, or None (other C libraries have no such call)."""
+def _libc_function(name, argtypes):
+    """A function of the C library, or None (not every C library has it)."""
     import ctypes
     import ctypes.util
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        fn = libc.malloc_trim
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        fn = getattr(libc, name)
     except (OSError, AttributeError):
         return None
-    fn.argtypes = [ctypes.c_size_t]
+    fn.argtypes = argtypes
     fn.restype = ctypes.c_int
     return fn
 
 
+def _find_malloc_trim():
+    """glibc's ``malloc_trim``, or None (other C libraries have no such call)."""
+    import ctypes
+    return _libc_function("malloc_trim", [ctypes.c_size_t])
+
+
+def _find_madvise():
+    """``madvise`` on Linux, where ``MADV_DONTNEED`` frees anonymous pages at once (and
+    they read as zeros afterwards), or None."""
+    import ctypes
+    import sys
+    if not sys.platform.startswith("linux"):
+        return None
+    return _libc_function("madvise", [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int])
+
+
 _MALLOC_TRIM = _find_malloc_trim()
+_MADVISE = _find_madvise()
+_MADV_DONTNEED = 4
+#: pages are released in whole aligned units of this size (a transparent huge page,
+#: so that releasing part of an array never splits one)
+RELEASE_ALIGN = 1 << 21
 
 
 def _py_trim():
@@ -122,3 +143,32 @@ def trim_heap():
     """
     with objmode():
         _py_trim()
+
+
+def _py_release(arr, r0, r1):
+    if _MADVISE is None:
+        return
+    base = arr.ctypes.data
+    rb = arr.strides[0]
+    a = RELEASE_ALIGN
+    first = (base + a - 1) // a * a                 # the array's first whole unit
+    lo = max(first, (base + r0 * rb) // a * a)
+    hi = (base + r1 * rb) // a * a
+    if hi > lo:
+        _MADVISE(lo, hi - lo, _MADV_DONTNEED)
+
+
+@njit(cache=True)
+def release_rows(arr, r0, r1):
+    """Give back the memory of rows ``[r0, r1)`` of ``arr`` (C-contiguous, 2-D) that
+    are no longer needed: every aligned 2 MiB unit inside the array that ends by row
+    ``r1`` and does not end before row ``r0`` (so calls for consecutive ranges leave no
+    gaps). Those rows, and every row before ``r0``, must be dead: afterwards they read
+    as zeros (Linux ``madvise(MADV_DONTNEED)``; elsewhere nothing happens).
+
+    For copying a large array into its larger replacement: releasing each part once it
+    is copied keeps the two from being resident at once. Only for arrays that nothing
+    else reads (the caller drops the old array right after the copy).
+    """
+    with objmode():
+        _py_release(arr, r0, r1)

@@ -46,7 +46,7 @@ applies it. Diff sums are checked: an overflow is reported, never wrapped.
 import numpy as np
 from numba import njit
 
-from .hooks import alloc2d
+from .hooks import alloc2d, release_rows
 from .rows import add_checked, leaf
 
 __all__ = ["new_state", "new_meta", "insert_delta", "gc", "find_rows", "read_key",
@@ -74,6 +74,12 @@ LEN_MASK = (1 << LEN_BITS) - 1
 
 _LOAD_NUM = 3   # at most 3/4 of the table's rows are occupied
 _LOAD_DEN = 4
+
+# When a table or arena grows, the old one is read in parts of this many bytes and
+# each part's memory is given back once it has been copied (hooks.release_rows), so
+# that the old and the new array are never both resident; smaller arrays are copied
+# whole.
+MOVE_BYTES = 1 << 26
 
 
 def new_state(kw_max, vw_max, rows=16, entries=64):
@@ -258,20 +264,51 @@ def free_chunks(arena, meta):
 
 
 @njit(cache=True, nogil=True)
-def _rehash(tab, cap):
-    """``tab``'s rows in a table of ``cap`` slots (a power of two)."""
+def _rehash(tab, cap, step):
+    """``tab``'s rows in a table of ``cap`` slots (a power of two). ``tab`` is read in
+    parts of ``step`` rows, each given back once it is copied (when ``step`` is less
+    than its rows, see :func:`_move_step`): ``tab`` is dead afterwards."""
     KW = tab.shape[1] - RW_EXTRA
     out = alloc2d(cap, tab.shape[1], True)
     mask = cap - 1
-    for r in range(tab.shape[0]):
-        if tab[r, 0] == 0:
-            continue
-        b = _hash(tab, r, 1, KW, KW) & mask
-        while out[b, 0] != 0:
-            b = (b + 1) & mask
-        for c in range(tab.shape[1]):
-            out[b, c] = tab[r, c]
+    n = tab.shape[0]
+    r0 = np.int64(0)
+    while r0 < n:
+        r1 = min(n, r0 + step)
+        for r in range(r0, r1):
+            if tab[r, 0] == 0:
+                continue
+            b = _hash(tab, r, 1, KW, KW) & mask
+            while out[b, 0] != 0:
+                b = (b + 1) & mask
+            for c in range(tab.shape[1]):
+                out[b, c] = tab[r, c]
+        if step < n:
+            release_rows(tab, r0, r1)
+        r0 = r1
     return out
+
+
+@njit(cache=True, nogil=True)
+def _move_step(a):
+    """Rows of ``a`` per part when it is moved (all of them for small arrays)."""
+    step = max(np.int64(1), MOVE_BYTES // (8 * a.shape[1]))
+    return step if a.shape[0] >= 2 * step else a.shape[0]
+
+
+@njit(cache=True, nogil=True)
+def _move_rows(src, dst, n, step):
+    """``dst[:n] = src[:n]``, giving ``src``'s memory back in parts of ``step`` rows
+    (see :func:`_move_step`); ``src`` is dead afterwards."""
+    if n < 2 * step:
+        dst[:n] = src[:n]
+        return
+    r0 = np.int64(0)
+    while r0 < n:
+        r1 = min(n, r0 + step)
+        dst[r0:r1] = src[r0:r1]
+        release_rows(src, r0, r1)
+        r0 = r1
 
 
 @njit(cache=True, nogil=True)
@@ -283,7 +320,7 @@ def ensure_rows(tab, meta, more):
         return tab
     while cap * _LOAD_NUM < need:
         cap *= 2
-    return _rehash(tab, cap)
+    return _rehash(tab, cap, _move_step(tab))
 
 
 @njit(cache=True, nogil=True)
@@ -335,8 +372,7 @@ def ensure_entries(tab, arena, meta, more):
         return out
     size = max(2 * arena.shape[0], meta[M_TOP] + more + (meta[M_TOP] >> 1))
     out = alloc2d(size, arena.shape[1], False)
-    top = meta[M_TOP]
-    out[:top] = arena[:top]
+    _move_rows(arena, out, meta[M_TOP], _move_step(arena))
     return out
 
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from ddnumba.kernels import hstate as H
-from ddnumba.kernels.hooks import HUGE_BYTES, alloc2d
+from ddnumba.kernels.hooks import _MADVISE, HUGE_BYTES, RELEASE_ALIGN, alloc2d, release_rows
 
 # (kw, vw) of traces 1, 2, 3 (tags)
 SHAPES = {1: (1, 0), 2: (2, 1), 3: (1, 2)}
@@ -171,6 +171,66 @@ def test_alloc2d_below_and_above_the_numpy_threshold(rows):
     e[:] = 7
     z[-1, -1] = 1
     assert (e == 7).all() and z.sum() == 1
+
+
+def _zero_rows(a):
+    return ~a.any(axis=1)
+
+
+@pytest.mark.skipif(_MADVISE is None, reason="madvise (Linux) only")
+def test_release_rows_zeroes_whole_units_only():
+    """Released rows read as zeros, in whole aligned units inside the array; rows from
+    the end of the range on are kept, and consecutive ranges leave no gaps."""
+    n, w = (24 << 20) // 24, 3          # 24 MiB, rows of 24 bytes (units split rows)
+    a = np.arange(n * w, dtype=np.int64).reshape(n, w) + 1
+    keep = a.copy()
+    k1, k2 = n // 3, 2 * n // 3
+    release_rows(a, 0, k1)
+    release_rows(a, k1, k2)
+    z = _zero_rows(a)
+    rb = 8 * w
+    base = a.ctypes.data
+    first_unit = -(-base // RELEASE_ALIGN) * RELEASE_ALIGN
+    last_end = (base + k2 * rb) // RELEASE_ALIGN * RELEASE_ALIGN
+    lo = -(-(first_unit - base) // rb)           # first row wholly in a released unit
+    hi = (last_end - base) // rb                 # rows before it are wholly released
+    assert z[lo:hi].all()                        # no gap at k1
+    assert not z[:max(0, (first_unit - base) // rb)].any()   # before the first unit
+    assert not z[-(-(last_end - base) // rb):].any()          # after the last unit
+    assert (a[k2:] == keep[k2:]).all()
+    assert hi - lo >= k2 - 2 * RELEASE_ALIGN // rb
+
+
+def test_move_rows_copies_every_row_and_releases_the_source():
+    n, w = (20 << 20) // 16, 2
+    rng = np.random.default_rng(3)
+    src = rng.integers(1, 1 << 40, (n, w))
+    want = src[: n - 5].copy()
+    dst = np.zeros((n + 100, w), np.int64)
+    H._move_rows(src, dst, n - 5, 70_001)
+    assert (dst[: n - 5] == want).all() and not dst[n - 5:].any()
+    if _MADVISE is not None:
+        assert _zero_rows(src).mean() > 0.8     # given back as it was copied
+
+
+def test_rehash_in_parts_keeps_every_row():
+    """A table rehashed part by part (releasing each part) finds every key."""
+    tab, arena, meta = H.new_state(1, 0)
+    keys = np.arange(1, 200_001) * 7919
+    dd = np.zeros((len(keys), 3), np.int64)
+    dd[:, 1] = 1
+    dd[:, 2] = np.sort(keys)
+    tab, arena = H.insert_delta(tab, arena, meta, 1, 0, dd, len(keys), 1, 0, 0, "x")
+    assert tab.nbytes >= 8 * RELEASE_ALIGN
+    old = tab
+    new = H._rehash(old, 2 * old.shape[0], 10_007)
+    if _MADVISE is not None:
+        assert _zero_rows(old).mean() > 0.95
+    rows = H.find_rows(new, 1, keys.reshape(-1, 1), 1)
+    assert (rows >= 0).all() and len(np.unique(rows)) == len(keys)
+    assert (new[:, 0] != 0).sum() == len(keys)
+    got, ents = H.dump(new, arena, 1, 1, 0)
+    assert sorted(int(k[0]) for k in got) == sorted(keys.tolist())
 
 
 def test_hstate_overflow_raises():
