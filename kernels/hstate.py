@@ -264,10 +264,11 @@ def free_chunks(arena, meta):
 
 
 @njit(cache=True, nogil=True)
-def _rehash(tab, cap, step):
-    """``tab``'s rows in a table of ``cap`` slots (a power of two). ``tab`` is read in
-    parts of ``step`` rows, each given back once it is copied (when ``step`` is less
-    than its rows, see :func:`_move_step`): ``tab`` is dead afterwards."""
+def _rehash(tab, cap, step, drop_empty=False):
+    """``tab``'s rows in a table of ``cap`` slots (a power of two), without the rows
+    whose blocks are both empty when ``drop_empty``. ``tab`` is read in parts of
+    ``step`` rows, each given back once it is copied (when ``step`` is less than its
+    rows, see :func:`_move_step`): ``tab`` is dead afterwards."""
     KW = tab.shape[1] - RW_EXTRA
     out = alloc2d(cap, tab.shape[1], True)
     mask = cap - 1
@@ -277,6 +278,8 @@ def _rehash(tab, cap, step):
         r1 = min(n, r0 + step)
         for r in range(r0, r1):
             if tab[r, 0] == 0:
+                continue
+            if drop_empty and blen(tab, r, 0) == 0 and blen(tab, r, 1) == 0:
                 continue
             b = _hash(tab, r, 1, KW, KW) & mask
             while out[b, 0] != 0:
@@ -381,7 +384,6 @@ def gc(tab, arena, meta):
     """Drop the rows whose blocks are both empty and compact the arena, when either
     is mostly waste. Returns ``(tab, arena)`` (new arrays when something was done).
     Run between outer times only: stamps of dropped rows are lost."""
-    KW = tab.shape[1] - RW_EXTRA
     rows = meta[M_ROWS]
     empty = meta[M_EMPTY]
     if empty * 2 > rows and rows > 64:
@@ -389,19 +391,7 @@ def gc(tab, arena, meta):
         cap = 16
         while cap * _LOAD_NUM < keep * _LOAD_DEN * 2:
             cap *= 2
-        out = alloc2d(cap, tab.shape[1], True)
-        mask = cap - 1
-        for r in range(tab.shape[0]):
-            if tab[r, 0] == 0:
-                continue
-            if blen(tab, r, 0) == 0 and blen(tab, r, 1) == 0:
-                continue
-            b = _hash(tab, r, 1, KW, KW) & mask
-            while out[b, 0] != 0:
-                b = (b + 1) & mask
-            for c in range(tab.shape[1]):
-                out[b, c] = tab[r, c]
-        tab = out
+        tab = _rehash(tab, cap, _move_step(tab), True)
         meta[M_ROWS] = keep
         meta[M_EMPTY] = 0
     if meta[M_GARB] > meta[M_LIVE] and meta[M_TOP] > 1024:
