@@ -47,7 +47,7 @@ import numpy as np
 from numba import njit
 
 from .hooks import alloc2d, release_rows
-from .rows import add_checked, leaf
+from .rows import add_checked, leaf, prefetch_row
 
 __all__ = ["new_state", "new_meta", "insert_delta", "gc", "find_rows", "read_key",
            "records", "free_chunks", "M_ROWS", "M_TOP", "M_GARB", "M_LIVE", "M_EMPTY",
@@ -139,6 +139,36 @@ def _find(tab, tag, src, i, c0, kw):
             if same:
                 return b
         b = (b + 1) & mask
+
+
+# Probes land at random places in state that is gigabytes at scale, so the kernels
+# that walk a delta key by key prefetch ahead: the table slot of the key PF_AHEAD rows
+# further, and the blocks of the next key (whose slot was prefetched before). Tables
+# of fewer than PF_MIN_SLOTS slots (8 MiB with two-word keys) stay in cache, and there
+# the extra probes only cost.
+PF_AHEAD = 4
+PF_MIN_SLOTS = 1 << 17
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _pf_on(tab):
+    """Whether to prefetch in ``tab`` (see PF_MIN_SLOTS)."""
+    return tab.shape[0] >= PF_MIN_SLOTS
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _pf_slot(tab, src, si, kw):
+    """Prefetch the table slot where the key of ``src[si]`` (at column 2) starts."""
+    mask = tab.shape[0] - 1
+    prefetch_row(tab, _hash(src, si, 2, kw, tab.shape[1] - RW_EXTRA) & mask)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _pf_block(tab, arena, row, blk):
+    """Prefetch the first entry of block ``blk`` of ``row`` (nothing if ``row < 0``)."""
+    KW = tab.shape[1] - RW_EXTRA
+    if row >= 0 and (tab[row, KW + 2 + 2 * blk] & LEN_MASK) > 0:
+        prefetch_row(arena, tab[row, KW + 1 + 2 * blk])
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -563,8 +593,11 @@ def _ins_plan(tab, tag, blk, dd, n, kw, need):
     """Rows and arena entries that inserting the key groups of delta ``dd[:n]`` into
     block ``blk`` of trace ``tag`` may take: adds to ``need[0]`` (rows) and
     ``need[1]`` (entries)."""
+    pf = _pf_on(tab)
     r = np.int64(0)
     while r < n:
+        if pf and r + PF_AHEAD < n:
+            _pf_slot(tab, dd, r + PF_AHEAD, kw)
         e = r + 1
         while e < n and _same_key(dd, r, 2, dd, e, 2, kw):
             e += 1
@@ -582,11 +615,16 @@ def _ins_apply(tab, arena, meta, tag, blk, dd, n, kw, vw, it):
     """Add delta ``dd[:n]`` at iteration ``it`` to block ``blk`` of trace ``tag``, space
     planned by :func:`_ins_plan`. Returns 0 or OVERFLOW (the state is then
     inconsistent: the caller raises)."""
+    pf = _pf_on(tab)
     r = np.int64(0)
     while r < n:
         e = r + 1
         while e < n and _same_key(dd, r, 2, dd, e, 2, kw):
             e += 1
+        if pf and e < n:
+            if e + PF_AHEAD < n:
+                _pf_slot(tab, dd, e + PF_AHEAD, kw)
+            _pf_block(tab, arena, _find(tab, tag, dd, e, 2, kw), blk)
         row = _find(tab, tag, dd, r, 2, kw)
         if row < 0:
             row = _new_row(tab, meta, -1 - row, tag, dd, r, 2, kw)

@@ -9,7 +9,10 @@ These helpers are plain ``@njit`` functions meant to be inlined into other kerne
 have no Python wrappers.
 """
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 
 def leaf(fn):
@@ -28,6 +31,34 @@ def leaf(fn):
     caller for the whole call.
     """
     return njit(cache=True, nogil=True, _nrt=False)(fn)
+
+
+@intrinsic
+def prefetch_row(typingctx, arr, r):
+    """Hint the CPU to load row ``r`` of the 2-D C array ``arr`` into the cache (LLVM's
+    ``prefetch`` for reading; no effect on results, and no fault for any ``r``: the
+    address is computed, never dereferenced)."""
+    if not (isinstance(arr, types.Array) and arr.ndim == 2 and
+            isinstance(r, types.Integer)):
+        return None
+    sig = types.void(arr, r)
+
+    def codegen(context, builder, signature, args):
+        aryty, rty = signature.args
+        ary = context.make_array(aryty)(context, builder, args[0])
+        row = context.cast(builder, args[1], rty, types.intp)
+        stride = cgutils.unpack_tuple(builder, ary.strides, 2)[0]
+        base = builder.ptrtoint(ary.data, cgutils.intp_t)
+        addr = builder.add(base, builder.mul(row, stride))
+        i8p = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+        builder.call(fn, [builder.inttoptr(addr, i8p), ir.Constant(i32, 0),
+                          ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
 
 
 @njit(cache=True, nogil=True, inline="always")

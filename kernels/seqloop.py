@@ -62,6 +62,7 @@ from .batch import sort_consolidate
 from .hooks import _cb_warn
 from .hstate import (M_EPOCH, M_TOP, OVERFLOW, RW_EXTRA, _block_add, _block_need,
                      _find, _new_row, blen, ensure_entries, ensure_rows, insert_delta)
+from .hstate import PF_AHEAD, _pf_block, _pf_on, _pf_slot
 from .hstate import _same_key as _same
 from .reduce import L_COUNT, L_DISTINCT, L_MAX, L_MIN, L_SUM, L_TOP_K
 from .rows import add_checked, leaf, mul_checked
@@ -404,12 +405,17 @@ def _pairs_trace(tab, arena, tag, dd, nd, kw, dvw, ovw, delta_left, j, od, o, po
     IT = arena.shape[1] - 2
     DF = arena.shape[1] - 1
     cap = od.shape[0]
+    pf = _pf_on(tab)
     r = pos[0]
     off = np.int64(0)
     ln = np.int64(0)
     first = True
     while r < nd:
         if first or not _same(dd, r, 2, dd, r - 1, 2, kw):
+            if pf and r + 1 < nd:
+                if r + PF_AHEAD < nd:
+                    _pf_slot(tab, dd, r + PF_AHEAD, kw)
+                _pf_block(tab, arena, _find(tab, tag, dd, r + 1, 2, kw), 0)
             row = _find(tab, tag, dd, r, 2, kw)
             if row >= 0:
                 off = tab[row, KW + 1]
@@ -579,6 +585,16 @@ def _sum_group(arena, a, a_end, ref, ri, w, j, nxt):
     return s, a, nxt, False
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _pf_blocks(tab, arena, tag_in, tag_out, blk, src, si, kw):
+    """Prefetch the input and output blocks of ``src[si]``'s key (see hstate.PF_AHEAD)."""
+    r = _find(tab, tag_in, src, si, 2, kw)
+    _pf_block(tab, arena, r, 0)
+    if tag_out != tag_in:
+        r = _find(tab, tag_out, src, si, 2, kw)
+    _pf_block(tab, arena, r, blk)
+
+
 @leaf
 def _reduce_keys(tab, arena, meta, tag_in, tag_out, blk, kw, vw, ow, logic, lparam, j,
                  dd, nd, sk, ns, pos, acc, des, cur, cd, nc, sq, qc):
@@ -602,6 +618,7 @@ def _reduce_keys(tab, arena, meta, tag_in, tag_out, blk, kw, vw, ow, logic, lpar
     total = nd + ns
     fused = blk == 1
     ob = KW + 1 + 2 * blk
+    pf = _pf_on(tab)
     while pos[0] < total:
         p0 = pos[0]
         if p0 < nd:
@@ -616,6 +633,17 @@ def _reduce_keys(tab, arena, meta, tag_in, tag_out, blk, kw, vw, ow, logic, lpar
             si = p0 - nd
             e = p0 + 1
             m = np.int64(0)
+        if pf:
+            # prefetch ahead (see hstate.PF_AHEAD)
+            f = e + PF_AHEAD
+            if f < nd:
+                _pf_slot(tab, dd, f, kw)
+            elif f < total:
+                _pf_slot(tab, sk, f - nd, kw)
+            if e < nd:
+                _pf_blocks(tab, arena, tag_in, tag_out, blk, dd, e, kw)
+            elif e < total:
+                _pf_blocks(tab, arena, tag_in, tag_out, blk, sk, e - nd, kw)
         if fused:
             row_in = _find(tab, tag_in, src, si, 2, kw)
             if row_in < 0:

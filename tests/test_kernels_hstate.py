@@ -231,6 +231,19 @@ def test_rehash_in_parts_keeps_every_row():
     assert (new[:, 0] != 0).sum() == len(keys)
     got, ents = H.dump(new, arena, 1, 1, 0)
     assert sorted(int(k[0]) for k in got) == sorted(keys.tolist())
+    # a delta of old and new keys into the large table (its kernels prefetch there)
+    assert new.shape[0] >= H.PF_MIN_SLOTS
+    more = np.unique(np.concatenate([keys[::3], np.arange(1, 30_001) * 7919 + 1]))
+    dd = np.zeros((len(more), 3), np.int64)
+    dd[:, 0] = 1
+    dd[:, 1] = 2
+    dd[:, 2] = more
+    new, arena = H.insert_delta(new, arena, meta, 1, 0, dd, len(more), 1, 0, 1, "x")
+    model = {(int(k), 0): 1 for k in keys}
+    for k in more:
+        model[(int(k), 1)] = 2
+    got, ents = H.dump(new, arena, 1, 1, 0)
+    assert {(int(k[0]), int(e[0])): int(e[1]) for k, e in zip(got, ents)} == model
 
 
 def test_hstate_overflow_raises():

@@ -4,7 +4,8 @@ import random
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from ddnumba.kernels.rows import add_checked, mul_checked, row_cmp, row_eq, row_le
+from ddnumba.kernels.rows import (add_checked, leaf, mul_checked, prefetch_row, row_cmp,
+                                  row_eq, row_le)
 
 LO, HI = -2**63, 2**63 - 1
 EDGE = [0, 1, -1, 2, -2, 3, -3, LO, HI, LO + 1, HI - 1, 2**31, -2**31, 2**32, -2**32,
@@ -45,3 +46,24 @@ def test_row_comparisons(a, data):
     assert row_cmp(A, 0, B, 0) == (a > b) - (a < b)
     assert row_eq(A, 0, B, 0) == (a == b)
     assert row_le(A, 0, B, 0) == all(x <= y for x, y in zip(a, b))
+
+
+@leaf
+def _sum_with_prefetch(a, idx, out):
+    s = 0
+    for i in range(idx.shape[0]):
+        prefetch_row(a, idx[i] + 3)               # a row ahead (may be past the end)
+        prefetch_row(a, np.int64(1) << 50)        # nowhere near the array: no fault
+        s += a[idx[i], 1]
+    out[0] = s
+
+
+def test_prefetch_row_is_only_a_hint():
+    """A prefetch changes no result, and addresses outside the array never fault (the
+    address is computed, not read)."""
+    rng = np.random.default_rng(0)
+    a = rng.integers(-50, 50, (1000, 3))
+    idx = rng.integers(0, 1000, 500)
+    out = np.zeros(1, np.int64)
+    _sum_with_prefetch(a, idx, out)
+    assert out[0] == a[idx, 1].sum()

@@ -787,8 +787,11 @@ def test_dataflow_loops_argument(monkeypatch):
 def test_sequential_loop_after_a_large_load():
     """A load big enough that the loop's output is consolidated within its time (more
     than 4,096 leave rows) and its buffers outgrow 65,536 rows (released after the
-    run), then single changes: reachability against BFS at the load and every time."""
+    run), then single changes: reachability against BFS at the load and every time.
+    The hashed state's table is large enough for its kernels to prefetch
+    (hstate.PF_MIN_SLOTS)."""
     from ddnumba.demo import bfs_reachable
+    from ddnumba.kernels.hstate import PF_MIN_SLOTS
     rng = np.random.default_rng(11)
     n, m = 6000, 12000
     src, dst = rng.integers(0, n, m), rng.integers(0, n, m)
@@ -810,6 +813,7 @@ def test_sequential_loop_after_a_large_load():
     assert df._native.sequential == [True]
     bufs = df._native.st[13][0]
     assert max(b.shape[0] for b in bufs) <= 65536, "large buffers kept after the run"
+    assert df._native.st[11][0][0].shape[0] >= PF_MIN_SLOTS
 
     def check(t, s, d):
         rr, vv = bfs_reachable(s, d, roots, n)
