@@ -313,14 +313,19 @@ def _fenced(b):
 
 
 @njit(cache=True, nogil=True)
-def _merge_counted(x, m, since, info):
-    """``merge`` of spine batch ``x`` (fenced) and ``m``, counted in ``info``: merges
-    (``info[4]``) and rows read by them (``info[5]``)."""
+def _before_merge(info, rows):
+    """Count a spine merge reading ``rows`` rows in ``info`` (merges ``info[4]``, rows
+    read ``info[5]``); before a large one, return the heap's free pages (TRIM_ROWS)."""
     info[4] += 1
-    rows = x[2].shape[0] + m[2].shape[0]
     info[5] += rows
     if rows >= TRIM_ROWS:
         trim_heap()
+
+
+@njit(cache=True, nogil=True)
+def _merge_counted(x, m, since, info):
+    """``merge`` of spine batch ``x`` (fenced) and ``m``, counted (:func:`_before_merge`)."""
+    _before_merge(info, x[2].shape[0] + m[2].shape[0])
     return merge((x[0], x[1], x[2]), m, since)
 
 
@@ -365,8 +370,7 @@ def _settle_spine(sp, since, info, dirty, added):
     m = (y[0], y[1], y[2])
     if len(sp) == cut:
         # one dirty batch: compact it alone
-        info[4] += 1
-        info[5] += m[2].shape[0]
+        _before_merge(info, m[2].shape[0])
         m = advance(m, since)
     while len(sp) > cut:
         m = _merge_counted(sp.pop(), m, since, info)

@@ -449,3 +449,17 @@ def test_trim_heap_returns_freed_heap_pages():
     assert proc.returncode == 0, proc.stderr
     released = int(proc.stdout.split()[-1])
     assert released >= 200 << 20, f"only {released} bytes released"
+
+
+def test_large_spine_merges_trim_the_heap_first(monkeypatch):
+    """Every spine merge is counted; one reading TRIM_ROWS rows or more first calls
+    malloc_trim (counted through the hook's C function, replaced here)."""
+    from ddnumba.kernels import hooks
+    from ddnumba.kernels.runtime import TRIM_ROWS, _before_merge
+    calls = []
+    monkeypatch.setattr(hooks, "_MALLOC_TRIM", lambda pad: calls.append(pad) or 1)
+    info = np.zeros(8, np.int64)
+    _before_merge(info, TRIM_ROWS - 1)
+    assert calls == [] and info[4] == 1 and info[5] == TRIM_ROWS - 1
+    _before_merge(info, TRIM_ROWS)
+    assert calls == [0] and info[4] == 2 and info[5] == 2 * TRIM_ROWS - 1
