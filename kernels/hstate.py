@@ -21,7 +21,9 @@ traces):
   (used by a reduce to evaluate a key once a round). With keys of two words a row
   is 64 bytes. Rows are found by linear probing from a hash of the key words only,
   so the rows of one key in different traces (a join's two inputs) sit next to each
-  other.
+  other; the hash's top bits scaled to the capacity pick the first slot. The
+  capacity is a power of two or three times one, so a growing table grows by 3/2
+  or 4/3 (not 2) and is between 1/2 and 3/4 full after growing.
 * ``arena[acap, VW + 2]``: entries ``(vals padded to VW, iteration, diff)``; a key's
   block is sorted by ``(vals, iteration)`` with no zero diff and no two entries at
   the same ``(vals, iteration)``.
@@ -74,6 +76,7 @@ LEN_MASK = (1 << LEN_BITS) - 1
 
 _LOAD_NUM = 3   # at most 3/4 of the table's rows are occupied
 _LOAD_DEN = 4
+MAX_SLOTS = 1 << 32
 
 # When a table or arena grows, the old one is read in parts of this many bytes and
 # each part's memory is given back once it has been copied (hooks.release_rows), so
@@ -85,12 +88,23 @@ MOVE_BYTES = 1 << 26
 def new_state(kw_max, vw_max, rows=16, entries=64):
     """An empty state for keys of at most ``kw_max`` words and values of at most
     ``vw_max`` words: ``(tab, arena, meta)``."""
-    cap = 16
-    while cap * _LOAD_NUM < rows * _LOAD_DEN:
-        cap *= 2
-    tab = np.zeros((cap, kw_max + RW_EXTRA), np.int64)
+    tab = np.zeros((_table_cap(rows), kw_max + RW_EXTRA), np.int64)
     arena = np.zeros((max(entries, 16), vw_max + 2), np.int64)
     return tab, arena, new_meta(kw_max, vw_max)
+
+
+@njit(cache=True, nogil=True)
+def _table_cap(rows):
+    """The least table capacity (16 or more, a power of two or three times one) with
+    ``rows`` occupied rows at most at the load bound."""
+    cap = np.int64(16)
+    while True:
+        for c in (cap, cap + (cap >> 1)):
+            if c * _LOAD_NUM >= rows * _LOAD_DEN:
+                if c > MAX_SLOTS:
+                    raise MemoryError("hashed state: more than 2**32 table slots")
+                return c
+        cap *= 2
 
 
 @njit(cache=True, nogil=True)
@@ -104,6 +118,14 @@ def new_meta(kw_max, vw_max):
 
 
 # ------------------------------------------------------------------------ hashing
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _slot(h, cap):
+    """The home slot of hash ``h`` (non-negative, 63 bits) in ``cap`` slots: its top 32
+    bits scaled to ``[0, cap)`` by a multiply and a shift (any capacity up to 2**32,
+    no division)."""
+    return np.int64(((np.uint64(h) >> np.uint64(31)) * np.uint64(cap)) >> np.uint64(32))
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -124,8 +146,8 @@ def _hash(src, i, c0, kw, KW):
 def _find(tab, tag, src, i, c0, kw):
     """The row of ``(tag, src[i, c0:c0 + kw])``, or ``-1 - slot`` (the empty slot where
     it would go) when absent."""
-    mask = tab.shape[0] - 1
-    b = _hash(src, i, c0, kw, tab.shape[1] - RW_EXTRA) & mask
+    cap = tab.shape[0]
+    b = _slot(_hash(src, i, c0, kw, tab.shape[1] - RW_EXTRA), cap)
     while True:
         t = tab[b, 0]
         if t == 0:
@@ -138,7 +160,9 @@ def _find(tab, tag, src, i, c0, kw):
                     break
             if same:
                 return b
-        b = (b + 1) & mask
+        b += 1
+        if b == cap:
+            b = 0
 
 
 # Probes land at random places in state that is gigabytes at scale, so the kernels
@@ -159,8 +183,7 @@ def _pf_on(tab):
 @njit(cache=True, nogil=True, inline="always")
 def _pf_slot(tab, src, si, kw):
     """Prefetch the table slot where the key of ``src[si]`` (at column 2) starts."""
-    mask = tab.shape[0] - 1
-    prefetch_row(tab, _hash(src, si, 2, kw, tab.shape[1] - RW_EXTRA) & mask)
+    prefetch_row(tab, _slot(_hash(src, si, 2, kw, tab.shape[1] - RW_EXTRA), tab.shape[0]))
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -295,13 +318,12 @@ def free_chunks(arena, meta):
 
 @njit(cache=True, nogil=True)
 def _rehash(tab, cap, step, drop_empty=False):
-    """``tab``'s rows in a table of ``cap`` slots (a power of two), without the rows
+    """``tab``'s rows in a table of ``cap`` slots, without the rows
     whose blocks are both empty when ``drop_empty``. ``tab`` is read in parts of
     ``step`` rows, each given back once it is copied (when ``step`` is less than its
     rows, see :func:`_move_step`): ``tab`` is dead afterwards."""
     KW = tab.shape[1] - RW_EXTRA
     out = alloc2d(cap, tab.shape[1], True)
-    mask = cap - 1
     n = tab.shape[0]
     r0 = np.int64(0)
     while r0 < n:
@@ -311,9 +333,11 @@ def _rehash(tab, cap, step, drop_empty=False):
                 continue
             if drop_empty and blen(tab, r, 0) == 0 and blen(tab, r, 1) == 0:
                 continue
-            b = _hash(tab, r, 1, KW, KW) & mask
+            b = _slot(_hash(tab, r, 1, KW, KW), cap)
             while out[b, 0] != 0:
-                b = (b + 1) & mask
+                b += 1
+                if b == cap:
+                    b = 0
             for c in range(tab.shape[1]):
                 out[b, c] = tab[r, c]
         if step < n:
@@ -347,13 +371,9 @@ def _move_rows(src, dst, n, step):
 @njit(cache=True, nogil=True)
 def ensure_rows(tab, meta, more):
     """``tab``, or a larger copy, with room for ``more`` new rows at the load bound."""
-    need = (meta[M_ROWS] + more) * _LOAD_DEN
-    cap = tab.shape[0]
-    if need <= cap * _LOAD_NUM:
+    if (meta[M_ROWS] + more) * _LOAD_DEN <= tab.shape[0] * _LOAD_NUM:
         return tab
-    while cap * _LOAD_NUM < need:
-        cap *= 2
-    return _rehash(tab, cap, _move_step(tab))
+    return _rehash(tab, _table_cap(meta[M_ROWS] + more), _move_step(tab))
 
 
 @njit(cache=True, nogil=True)
@@ -418,10 +438,7 @@ def gc(tab, arena, meta):
     empty = meta[M_EMPTY]
     if empty * 2 > rows and rows > 64:
         keep = rows - empty
-        cap = 16
-        while cap * _LOAD_NUM < keep * _LOAD_DEN * 2:
-            cap *= 2
-        tab = _rehash(tab, cap, _move_step(tab), True)
+        tab = _rehash(tab, _table_cap(2 * keep), _move_step(tab), True)
         meta[M_ROWS] = keep
         meta[M_EMPTY] = 0
     if meta[M_GARB] > meta[M_LIVE] and meta[M_TOP] > 1024:

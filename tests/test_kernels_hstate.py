@@ -177,6 +177,15 @@ def _zero_rows(a):
     return ~a.any(axis=1)
 
 
+def _inner_rows(a):
+    """The rows of ``a`` lying wholly inside its aligned RELEASE_ALIGN units."""
+    p = a.ctypes.data
+    lo = -(-p // RELEASE_ALIGN) * RELEASE_ALIGN
+    hi = (p + a.nbytes) // RELEASE_ALIGN * RELEASE_ALIGN
+    rb = a.strides[0]
+    return a[-(-(lo - p) // rb):(hi - p) // rb]
+
+
 @pytest.mark.skipif(_MADVISE is None, reason="madvise (Linux) only")
 def test_release_rows_zeroes_whole_units_only():
     """Released rows read as zeros, in whole aligned units inside the array; rows from
@@ -225,7 +234,8 @@ def test_rehash_in_parts_keeps_every_row():
     old = tab
     new = H._rehash(old, 2 * old.shape[0], 10_007)
     if _MADVISE is not None:
-        assert _zero_rows(old).mean() > 0.95
+        inner = _inner_rows(old)
+        assert len(inner) > old.shape[0] // 2 and _zero_rows(inner).all()
     rows = H.find_rows(new, 1, keys.reshape(-1, 1), 1)
     assert (rows >= 0).all() and len(np.unique(rows)) == len(keys)
     assert (new[:, 0] != 0).sum() == len(keys)
@@ -244,6 +254,56 @@ def test_rehash_in_parts_keeps_every_row():
         model[(int(k), 1)] = 2
     got, ents = H.dump(new, arena, 1, 1, 0)
     assert {(int(k[0]), int(e[0])): int(e[1]) for k, e in zip(got, ents)} == model
+
+
+@pytest.mark.parametrize("rows", [0, 1, 12, 13, 18, 19, 100, 5000, 2**20 + 1, 3 * 2**30])
+def test_table_capacity_is_the_least_on_its_grid(rows):
+    """Capacities are 16 or more, a power of two or three times one, the least such
+    with ``rows`` at most 3/4 of it: a growing table grows by 3/2 or 4/3."""
+    grid = sorted({1 << e for e in range(4, 33)} | {3 << e for e in range(3, 32)})
+    cap = int(H._table_cap(rows))
+    assert cap in grid
+    assert 4 * rows <= 3 * cap
+    below = [c for c in grid if c < cap]
+    assert not below or 4 * rows > 3 * below[-1]
+    with pytest.raises(MemoryError):
+        H._table_cap(2**32)
+
+
+def test_slot_scales_the_hash_into_any_capacity():
+    """Home slots are in range and follow the hash's order (top bits scaled, so a
+    rehash into any capacity reads and writes in the same order)."""
+    rng = np.random.default_rng(3)
+    hs = np.sort(np.concatenate([[0, 2**63 - 1], rng.integers(0, 2**63 - 1, 500)]))
+    for cap in (16, 24, 3 << 20, 1 << 31, 3 << 30, 1 << 32):
+        s = [int(H._slot(int(h), cap)) for h in hs]
+        assert s[0] == 0 and s[-1] == cap - 1
+        assert s == sorted(s) and max(s) < cap
+
+
+def test_probing_wraps_around_the_end_of_the_table():
+    """Keys whose home is the last slot of a 24-slot table (not a power of two) go on
+    in slots 0, 1, 2: found, dumped and rehashed like any others."""
+    tab, arena, meta = H.new_state(1, 0, rows=16)
+    assert tab.shape[0] == 24
+    cand = np.arange(1, 2000, dtype=np.int64).reshape(-1, 1)
+    last = [int(cand[i, 0]) for i in range(len(cand))
+            if H._slot(H._hash(cand, i, 0, 1, 1), 24) == 23][:4]
+    assert len(last) == 4
+    dd = np.zeros((4, 3), np.int64)
+    dd[:, 1] = [1, 2, 3, 4]
+    dd[:, 2] = sorted(last)
+    tab, arena = H.insert_delta(tab, arena, meta, 1, 0, dd, 4, 1, 0, 0, "x")
+    assert tab.shape[0] == 24
+    assert sorted(int(tab[s, 1]) for s in (23, 0, 1, 2)) == sorted(last)
+    keys = np.array(sorted(last), np.int64).reshape(-1, 1)
+    rows = H.find_rows(tab, 1, keys, 1)
+    assert sorted(rows.tolist()) == [0, 1, 2, 23]
+    for tb in (tab, H._rehash(tab, 36, 36), H._rehash(tab, 16, 16)):
+        got, ents = H.dump(tb, arena, 1, 1, 0)
+        assert {int(k[0]): int(e[1]) for k, e in zip(got, ents)} == \
+            dict(zip(sorted(last), [1, 2, 3, 4]))
+        assert (H.find_rows(tb, 1, keys, 1) >= 0).all()
 
 
 def test_hstate_overflow_raises():

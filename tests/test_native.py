@@ -793,7 +793,7 @@ def test_sequential_loop_after_a_large_load():
     from ddnumba.demo import bfs_reachable
     from ddnumba.kernels.hstate import PF_MIN_SLOTS
     rng = np.random.default_rng(11)
-    n, m = 6000, 12000
+    n, m = 12000, 24000
     src, dst = rng.integers(0, n, m), rng.integers(0, n, m)
     roots = rng.choice(n, 10, replace=False)
     df = dd.Dataflow(engine="native", loops="sequential")
