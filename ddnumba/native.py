@@ -244,7 +244,8 @@ def _seq_program(li, lp, ids, kind, prm):
     maxit = -1 if lp.child.max_iterations is None else int(lp.child.max_iterations)
     prog = _seq.pack([NP, np.array(routes, _I64).reshape(-1, S.RTW),
                       np.array(proj, _I64), np.array(chain, _I64),
-                      np.array(queues, _I64), np.array([li, maxit], _I64)])
+                      np.array(queues, _I64),
+                      np.array([li, maxit, S.IDLE_BIG_WORDS], _I64)])
     return prog, np.array(widths, _I64)
 
 

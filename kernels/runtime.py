@@ -56,13 +56,13 @@ from numba.typed import List
 from .batch import (advance, concat_batches, fence, key_ranges, merge, seek, seek_fenced,
                     sort_consolidate)
 from .hooks import _HOOKS, _cb_batch, _cb_logic, _cb_warn, set_hooks, trim_heap  # noqa: F401
-from .hstate import M_LIVE, gc as _hs_gc, new_meta as _hs_new_meta
+from .hstate import M_LIVE, _move_step as _hs_move_step, gc as _hs_gc, new_meta as _hs_new_meta
 from .reduce import (L_CALLBACK, L_COUNT, L_DISTINCT, L_MAX, L_MIN, L_SUM,  # noqa: F401
                      L_TOP_K, LOGIC, _accumulate, _logic_count, _logic_extreme,
                      _logic_sum, _logic_top_k)
 from .rows import add_checked, leaf, mul_checked
 from .seqloop import S_LEAVE as SEQ_LEAVE, _nodes as seq_nodes, pack_fields
-from .seqloop import run_times as seq_run_times
+from .seqloop import leave_rows as seq_leave_rows, run_times as seq_run_times
 
 __all__ = ["KIND", "LOGIC", "new_state", "run", "set_hooks", "spine_sizes",
            "BATCH_TYPE"]
@@ -2433,6 +2433,12 @@ def _run_loop_seq(prog, st, l):
         bufs = st[13][l]
         status, tab, arena = seq_run_times(lp, bufs, bn, bmin, tab, arena, meta, ups, times,
                                            st[10], st[9])
+        ups.clear()
+        # buffers a large run grew (a load) are not kept for the small runs after it;
+        # the empty ones go first, before the leaves' rows are copied out
+        for x in range(len(bufs)):
+            if bn[x] == 0 and bufs[x].shape[0] > 65536:
+                bufs[x] = np.empty((16, bufs[x].shape[1]), np.int64)
         tab, arena = _hs_gc(tab, arena, meta)
         st[11][l] = (tab, arena, meta)
         # what the leaves collected: (iteration, diff, data, t) rows, to the root scope
@@ -2444,23 +2450,12 @@ def _run_loop_seq(prog, st, l):
             n = bn[q]
             if n == 0:
                 continue
-            w = nodes[ln, 2]
             buf = bufs[q]
-            d = np.empty((n, w), np.int64)
-            tt = np.empty((n, 2), np.int64)
-            f = np.empty(n, np.int64)
-            for r in range(n):
-                tt[r, 0] = buf[r, 2 + w]
-                tt[r, 1] = buf[r, 0]
-                f[r] = buf[r, 1]
-                for c in range(w):
-                    d[r, c] = buf[r, 2 + c]
+            st[0][qbase[nodes[ln, 1]]].append(
+                seq_leave_rows(buf, n, nodes[ln, 2], _hs_move_step(buf)))
             bn[q] = 0
-            st[0][qbase[nodes[ln, 1]]].append((d, tt, f))
-        # buffers a large run grew (a load) are not kept for the small runs after it
-        for x in range(len(bufs)):
-            if bn[x] == 0 and bufs[x].shape[0] > 65536:
-                bufs[x] = np.empty((16, bufs[x].shape[1]), np.int64)
+            if buf.shape[0] > 65536:
+                bufs[q] = np.empty((16, buf.shape[1]), np.int64)
     if status != OK:
         return status
     _loop_done(prog, st, l, p)

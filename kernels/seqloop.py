@@ -59,7 +59,7 @@ import numpy as np
 from numba import njit
 
 from .batch import sort_consolidate
-from .hooks import _cb_warn
+from .hooks import _cb_warn, release_rows
 from .hstate import (M_EPOCH, M_TOP, OVERFLOW, RW_EXTRA, _block_add, _block_need,
                      _find, _new_row, blen, ensure_entries, ensure_rows, insert_delta)
 from .hstate import PF_AHEAD, _pf_block, _pf_on, _pf_slot
@@ -67,7 +67,7 @@ from .hstate import _same_key as _same
 from .reduce import L_COUNT, L_DISTINCT, L_MAX, L_MIN, L_SUM, L_TOP_K
 from .rows import add_checked, leaf, mul_checked
 
-__all__ = ["run_times", "pack", "pack_fields", "NPW", "RTW"]
+__all__ = ["run_times", "leave_rows", "pack", "pack_fields", "NPW", "RTW"]
 
 INF = np.iinfo(np.int64).max
 I64_MIN = np.iinfo(np.int64).min
@@ -138,7 +138,7 @@ F_ROUTES = 1
 F_PROJ = 2
 F_CHAIN = 3
 F_QUEUES = 4    # buffers whose least iteration decides the next round
-F_MISC = 5      # [loop index, max iterations (-1: none)]
+F_MISC = 5      # [loop index, max iterations (-1: none), IDLE_BIG_WORDS]
 N_FIELDS = 6
 
 # Leaf return codes.
@@ -157,7 +157,8 @@ SC_QC = 1       # reduce: schedule count, least iteration, keys evaluated (3)
 SC_POS = 4      # reduce: resume position, amount needed (2)
 SC_TAKE = 6     # _take: rows moved, rows left, least iteration left (3)
 SC_JPOS = 9     # join: resume row, rows needed, count so far (3)
-SC_LEN = 12
+SC_BIG = 12     # IDLE_BIG_WORDS of the loop (1)
+SC_LEN = 13
 
 # Status codes (as kernels.runtime).
 OK = 0
@@ -227,6 +228,48 @@ def _grown(buf, keep, need):
     out = np.empty((cap, buf.shape[1]), np.int64)
     out[:keep] = buf[:keep]
     return out
+
+
+# A buffer of this many words or more (32 MiB) is given back when its node is idle for
+# a round and it holds nothing, and so is an enter's input once taken: a load fills
+# some buffers once (the entered graph) and others in its largest rounds, and keeping
+# them all for the rest of the run would add their size to the run's peak memory.
+# (Read when a loop program is packed, into its F_MISC field.)
+IDLE_BIG_WORDS = 1 << 22
+
+
+@njit(cache=True, nogil=True)
+def _drop_big(bufs, bn, x, big):
+    """Replace buffer ``x`` by a small one when it is empty and of ``big`` words or
+    more."""
+    b = bufs[x]
+    if bn[x] == 0 and b.shape[0] * b.shape[1] >= big:
+        bufs[x] = np.empty((16, b.shape[1]), np.int64)
+
+
+@njit(cache=True, nogil=True)
+def _fit(bufs, x, used, keep, big):
+    """Replace buffer ``x`` (``big`` words or more) by one of twice ``used`` rows
+    (16 at least), keeping its first ``keep`` rows, when it is more than 8 times too
+    large: a buffer grown in a load's largest rounds shrinks with the rounds after."""
+    b = bufs[x]
+    if b.shape[0] * b.shape[1] >= big and 8 * used < b.shape[0]:
+        out = np.empty((max(np.int64(16), 2 * used), b.shape[1]), np.int64)
+        out[:keep] = b[:keep]
+        bufs[x] = out
+
+
+@njit(cache=True, nogil=True)
+def _drop_idle(lp, bufs, bn, ln, big):
+    """Give back the big empty buffers of local node ``ln`` (idle this round)."""
+    nodes = _nodes(lp)
+    kind = nodes[ln, P_KIND]
+    _drop_big(bufs, bn, nodes[ln, P_D], big)
+    if kind == S_ARRANGE or kind == S_CONSOL or kind == S_FEEDBACK:
+        _drop_big(bufs, bn, nodes[ln, P_Q], big)
+    elif kind == S_REDUCE:
+        for b in (P_Q, P_SCHED, P_ACC, P_DES, P_CUR):
+            _drop_big(bufs, bn, nodes[ln, b], big)
 
 
 @leaf
@@ -322,6 +365,7 @@ def _take(bufs, bn, bmin, q, d, j, scr):
     if bmin[q] < j:
         raise RuntimeError("sequential loop: internal error: a queued update is at an "
                            "iteration already past")
+    _fit(bufs, d, n, 0, scr[SC_BIG])
     out = bufs[d]
     if out.shape[0] < n:
         out = _grown(out, 0, n)
@@ -331,6 +375,7 @@ def _take(bufs, bn, bmin, q, d, j, scr):
     bn[d] = res[0]
     bn[q] = res[1]
     bmin[q] = res[2]
+    _fit(bufs, q, res[1], res[1], scr[SC_BIG])
     return res[0]
 
 
@@ -559,6 +604,7 @@ def _step_join(lp, bufs, bn, bmin, stats, tab, arena, meta, ln, t, j, scr):
             if nl:
                 o = _join_deltas(bufs[dl], nl, bufs[dr], nr, kw, j, bufs, ob, o)
     _emit(lp, bufs, bn, bmin, stats, ln, bufs[ob], o, t)
+    _fit(bufs, ob, o, 0, scr[SC_BIG])
     return tab, arena
 
 
@@ -947,6 +993,7 @@ def _step_reduce(lp, bufs, bn, bmin, stats, tab, arena, meta, ln, t, j, scr):
     bmin[sq] = qc[1]
     stats[nodes[ln, P_NODE], 3] += qc[2]       # keys evaluated
     _emit(lp, bufs, bn, bmin, stats, ln, bufs[ob], nc[0], t)
+    _fit(bufs, ob, nc[0], 0, scr[SC_BIG])
     return tab, arena
 
 
@@ -997,6 +1044,30 @@ def _stage(d, f, a, b, out):
             out[o, 2 + c] = d[r, c]
 
 
+@njit(cache=True, nogil=True)
+def leave_rows(buf, n, w, step):
+    """A leave's rows ``buf[:n]`` (``(iteration, diff, data[w], t)``) as a batch
+    ``(data, times (t, iteration), diffs)``. ``buf`` is read in parts of ``step`` rows,
+    each given back once copied when ``step < n`` (a load's output is large): ``buf``
+    is dead afterwards."""
+    d = np.empty((n, w), np.int64)
+    tt = np.empty((n, 2), np.int64)
+    f = np.empty(n, np.int64)
+    r0 = np.int64(0)
+    while r0 < n:
+        r1 = min(n, r0 + step)
+        for r in range(r0, r1):
+            tt[r, 0] = buf[r, 2 + w]
+            tt[r, 1] = buf[r, 0]
+            f[r] = buf[r, 1]
+            for c in range(w):
+                d[r, c] = buf[r, 2 + c]
+        if step < n:
+            release_rows(buf, r0, r1)
+        r0 = r1
+    return d, tt, f
+
+
 @njit(cache=True)
 def run_times(lp, bufs, bn, bmin, tab, arena, meta, ups, times, stats, info):
     """Run a loop over the outer times ``times`` (ascending): ``ups[e]`` holds the
@@ -1008,10 +1079,12 @@ def run_times(lp, bufs, bn, bmin, tab, arena, meta, ups, times, stats, info):
     misc = _fld(lp, F_MISC)
     loop = misc[0]
     maxit = misc[1]
+    big = misc[2]
     nl = nodes.shape[0]
     ne = len(ups)
     ptr = np.zeros(ne, np.int64)
     scr = np.zeros(SC_LEN, np.int64)
+    scr[SC_BIG] = big
     for ti in range(times.shape[0]):
         t = times[ti]
         for ln in range(nl):
@@ -1034,6 +1107,12 @@ def run_times(lp, bufs, bn, bmin, tab, arena, meta, ups, times, stats, info):
             stats[g, 0] += 1
             stats[g, 1] += b - a
             _emit(lp, bufs, bn, bmin, stats, ln, bufs[sb], b - a, t)
+            _drop_big(bufs, bn, sb, big)
+            if b == f.shape[0] and b * (d.shape[1] + 3) >= big:
+                # all taken: a large input (a load) is not held for the rest of the run
+                ups[x] = (np.empty((0, d.shape[1]), np.int64), np.empty((0, 2), np.int64),
+                          np.empty(0, np.int64))
+                ptr[x] = 0
         j = _next_round(lp, bn, bmin, np.int64(0))
         while j >= 0:
             if maxit >= 0 and j >= maxit:
@@ -1053,16 +1132,21 @@ def run_times(lp, bufs, bn, bmin, tab, arena, meta, ups, times, stats, info):
                         _step_buffered(lp, bufs, bn, bmin, stats, ln, t, j, scr)
                     else:
                         bn[nodes[ln, P_D]] = 0
+                        _drop_idle(lp, bufs, bn, ln, big)
                 elif kind == S_JOIN:
                     if bn[nodes[nodes[ln, P_LEFT], P_D]] or \
                             bn[nodes[nodes[ln, P_RIGHT], P_D]]:
                         tab, arena = _step_join(lp, bufs, bn, bmin, stats, tab, arena,
                                                 meta, ln, t, j, scr)
+                    else:
+                        _drop_idle(lp, bufs, bn, ln, big)
                 elif kind == S_REDUCE:
                     q = nodes[ln, P_Q]
                     if bn[nodes[nodes[ln, P_ARR], P_D]] or (bn[q] and bmin[q] <= j):
                         tab, arena = _step_reduce(lp, bufs, bn, bmin, stats, tab, arena,
                                                   meta, ln, t, j, scr)
+                    else:
+                        _drop_idle(lp, bufs, bn, ln, big)
             # deltas of arrangements not inserted by their reader go in now
             for ln in range(nl):
                 if nodes[ln, P_KIND] != S_ARRANGE:

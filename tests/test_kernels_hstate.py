@@ -222,6 +222,26 @@ def test_move_rows_copies_every_row_and_releases_the_source():
         assert _zero_rows(src).mean() > 0.8     # given back as it was copied
 
 
+def test_sequential_leave_rows_in_parts_release_the_buffer():
+    """A sequential loop's leave buffer ``(iteration, diff, data, t)`` becomes a batch
+    ``(data, (t, iteration), diff)``; copied in parts, the buffer is given back as it
+    goes (every whole unit inside the rows copied reads as zeros)."""
+    from ddnumba.kernels.seqloop import leave_rows
+    rng = np.random.default_rng(8)
+    n, w = 900_000, 2
+    buf = rng.integers(-1000, 1000, size=(1_000_000, w + 3))
+    want = buf[:n].copy()
+    for step in (10**9, 70_001):
+        b = buf.copy()
+        d, tt, f = leave_rows(b, n, w, step)
+        assert (d == want[:, 2:2 + w]).all() and (f == want[:, 1]).all()
+        assert (tt[:, 0] == want[:, 2 + w]).all() and (tt[:, 1] == want[:, 0]).all()
+        if step < n and _MADVISE is not None:
+            inner = _inner_rows(b[:n])
+            assert len(inner) > n // 2 and _zero_rows(inner[:-RELEASE_ALIGN // 40]).all()
+            assert (b[n:] == buf[n:]).all()
+
+
 def test_rehash_in_parts_keeps_every_row():
     """A table rehashed part by part (releasing each part) finds every key."""
     tab, arena, meta = H.new_state(1, 0)

@@ -836,6 +836,68 @@ def test_sequential_loop_after_a_large_load():
         check(t, w[:, 0].copy(), w[:, 1].copy())
 
 
+@pytest.mark.parametrize("big", [None, 1])
+def test_sequential_loop_gives_back_idle_buffers(monkeypatch, big):
+    """Buffers of nodes idle for a round, an enter's staged input and its taken
+    updates are given back during a run once they reach seqloop.IDLE_BIG_WORDS (here 1
+    word: every time, so every buffer is dropped and grown again round after round);
+    the answers stay BFS's through a load and batches of changes."""
+    from ddnumba.demo import bfs_reachable
+    from ddnumba.kernels import seqloop as S
+    if big is not None:
+        monkeypatch.setattr(S, "IDLE_BIG_WORDS", big)
+    rng = np.random.default_rng(12)
+    n, m = 2000, 4000
+    src, dst = rng.integers(0, n, m), rng.integers(0, n, m)
+    roots = rng.choice(n, 4, replace=False)
+    df = dd.Dataflow(engine="native", loops="sequential")
+    ri, r = df.new_input(["node"])
+    ei, e = df.new_input(["src", "dst"])
+    start = r.map(lambda x: (x, x), names=["root", "node"])
+    reach = start.iterate(
+        lambda v: v.map(lambda root, node: (node, root), names=["node", "root"])
+                   .join(e).map(lambda node, root, d: (root, d), names=["root", "node"])
+                   .concat(start).distinct())
+    cap = reach.capture()
+    ei.insert(src, dst, time=0)
+    ri.insert(roots, time=0)
+    ri.advance_to(1)
+    ei.advance_to(1)
+    df.run()
+    assert df._native.sequential == [True]
+    lp, _bn, _bmin = df._native.st[12][0]
+    nodes = S._nodes(lp)
+    stage = [int(nodes[i, S.P_D]) for i in range(nodes.shape[0])
+             if nodes[i, S.P_KIND] == S.S_ENTER]
+    rows = [df._native.st[13][0][x].shape[0] for x in stage]
+    if big is None:
+        assert max(rows) >= m        # the edges' stage buffer kept (below the bound)
+    else:
+        assert rows == [16] * len(stage)
+
+    def check(t, s, d):
+        rr, vv = bfs_reachable(s, d, roots, n)
+        got = {(int(a), int(b)) for a, b in zip(*[c.to_numpy() for c in
+                                                   cap.at(t).columns[:2]])}
+        assert got == set(zip(rr.tolist(), vv.tolist())), f"t={t}"
+
+    check(0, src, dst)
+    live = list(zip(src.tolist(), dst.tolist()))
+    t = 1
+    for batch in (1, 7, 40):
+        for _ in range(batch):
+            old = live.pop(0)
+            new = tuple(int(x) for x in rng.integers(0, n, 2))
+            live.append(new)
+            ei.update([old[0], new[0]], [old[1], new[1]], time=t, diff=[-1, 1])
+            t += 1
+        ei.advance_to(t)
+        ri.advance_to(t)
+        df.run()
+        w = np.array(live, np.int64)
+        check(t - 1, w[:, 0].copy(), w[:, 1].copy())
+
+
 def _node_rows(df, cls):
     """Rows received by the native engine's nodes of class ``cls``."""
     stats = df._native.st[10]
