@@ -450,8 +450,8 @@ class Dataflow:
         How the native engine runs loops: ``"rounds"`` (all the outer times of a run
         at once, round by round) or ``"sequential"`` (one outer time after another over
         hashed state, for loops of native operators and built-in reduces; see
-        :mod:`ddnumba.kernels.seqloop`). Defaults to ``DDNUMBA_LOOPS``, else
-        ``"rounds"``. Results are identical.
+        :mod:`ddnumba.kernels.seqloop`; other loops run round-wise). Defaults to
+        ``DDNUMBA_LOOPS``, else ``"sequential"``. Results are identical.
 
     Examples
     --------

@@ -252,10 +252,11 @@ def _seq_program(li, lp, ids, kind, prm):
 class NativeEngine:
     """The compiled program and state of one dataflow."""
 
-    #: how loops run when neither Dataflow(loops=) nor DDNUMBA_LOOPS says: "rounds"
-    #: (round-wise over all the times of a run) or "sequential" (one outer time after
-    #: another over hashed state, for the loops that can, see _sequential)
-    loop_mode = "rounds"
+    #: how loops run when neither Dataflow(loops=) nor DDNUMBA_LOOPS says:
+    #: "sequential" (one outer time after another over hashed state, for the loops
+    #: that can, see _sequential; the others run round-wise) or "rounds" (round-wise
+    #: over all the times of a run)
+    loop_mode = "sequential"
 
     def __init__(self, df):
         from ddnumba.operators import linear as L

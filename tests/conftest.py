@@ -1,4 +1,5 @@
-"""Shared pytest fixtures: one local SparkSession for every Spark test.
+"""Shared pytest fixtures: one local SparkSession for every Spark test, and both loop
+modes for the loop and graph-algorithm tests.
 
 Starting a local Spark JVM costs seconds, so the ``spark`` fixture is session-scoped and
 created on first use only (tests without Spark never start a JVM). Spark tests are
@@ -26,3 +27,21 @@ def spark():
     session = local_session("ddnumba-tests")
     yield session
     session.stop()
+
+
+# The native engine runs a loop sequentially or round-wise (Dataflow(loops=)); the
+# default is sequential. Modules that use this fixture (``pytestmark =
+# pytest.mark.usefixtures("loop_mode")``) run once in each mode, so that both stay
+# tested against their oracles whatever the default (module scope: hypothesis tests
+# cannot take function-scoped fixtures).
+@pytest.fixture(scope="module", params=["sequential", "rounds"])
+def loop_mode(request):
+    from ddnumba.native import NativeEngine
+    old = NativeEngine.loop_mode, os.environ.pop("DDNUMBA_LOOPS", None)
+    NativeEngine.loop_mode = request.param
+    try:
+        yield request.param
+    finally:
+        NativeEngine.loop_mode = old[0]
+        if old[1] is not None:
+            os.environ["DDNUMBA_LOOPS"] = old[1]

@@ -32,6 +32,9 @@ from ddnumba import algorithms as alg
 from ddnumba.operators.iterate import LoopNode
 from ddnumba.trace import Spine
 
+# every test here runs with the native engine's loops sequential and round-wise
+pytestmark = pytest.mark.usefixtures("loop_mode")
+
 MODES = ("step", "batch")
 
 

@@ -20,6 +20,9 @@ import pytest
 import ddnumba as dd
 from ddnumba.operators.iterate import IterationLimitError
 
+# every test here runs with the native engine's loops sequential and round-wise
+pytestmark = pytest.mark.usefixtures("loop_mode")
+
 
 # ------------------------------------------------------------------------ helpers
 def feed(handle, rows, time, diffs):
