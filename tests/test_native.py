@@ -708,8 +708,17 @@ LEAVE_VARIABLE = {"iterative_counts", "iterative_parity", "leave_intermediate"}
 @SETTINGS
 @given(data=st.data(), streams=graph_streams())
 def test_twin_loops(name, data, streams):
-    check_twin(PROGRAMS_GRAPH[name], RE, data, list(streams),
-               strict=name not in LEAVE_VARIABLE)
+    """Loops run round-wise against the Python engine (test_twin_loops_sequential runs
+    them sequentially, the default)."""
+    old = NativeEngine.loop_mode, os.environ.pop("DDNUMBA_LOOPS", None)
+    NativeEngine.loop_mode = "rounds"
+    try:
+        check_twin(PROGRAMS_GRAPH[name], RE, data, list(streams),
+                   strict=name not in LEAVE_VARIABLE)
+    finally:
+        NativeEngine.loop_mode = old[0]
+        if old[1] is not None:
+            os.environ["DDNUMBA_LOOPS"] = old[1]
 
 
 @pytest.mark.parametrize("name", ["reach", "components_min", "shortest_paths"])
@@ -959,8 +968,8 @@ def test_unknown_loop_mode(monkeypatch):
 @SETTINGS
 @given(data=st.data(), streams=graph_streams())
 def test_twin_loops_sequential(name, data, streams):
-    """Loops run sequentially against the Python engine (test_twin_loops runs them
-    round-wise)."""
+    """Loops run sequentially (the default) against the Python engine (test_twin_loops
+    runs them round-wise)."""
     old = NativeEngine.loop_mode, os.environ.pop("DDNUMBA_LOOPS", None)
     NativeEngine.loop_mode = "sequential"
     try:
