@@ -457,7 +457,7 @@ def main(argv=None):
                    help="record (default): every change at its own time; batch: the "
                         "changes of a run at one time (what per-change times cost)")
     r.add_argument("--loops", nargs="+", choices=("rounds", "sequential"), default=None,
-                   help="the native engine's loop mode (default: its default, 'rounds' "
+                   help="the native engine's loop mode (default: its default, 'sequential' "
                         "unless DDNUMBA_LOOPS is set); several values are compared in "
                         "one process")
     r.add_argument("--plot", default=None, help="write a latency CDF PNG here")

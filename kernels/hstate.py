@@ -486,8 +486,9 @@ def _block_need(tab, row, blk, m):
 @njit(cache=True, nogil=True, inline="always")
 def _block_add(tab, arena, meta, row, blk, src, x0, x1, c0, vw, dcol, it):
     """Add entries ``(src[x, c0:c0 + vw], it)`` with diff ``src[x, dcol]``, for ``x0 <=
-    x < x1`` (vals ascending and distinct), to block ``blk`` of ``row``. The arena
-    must have room (:func:`_block_need`). Returns 0 or OVERFLOW."""
+    x < x1`` (``(vals, it)`` ascending and distinct), to block ``blk`` of ``row``; with
+    ``it < 0`` each row's iteration is its column 0. The arena must have room
+    (:func:`_block_need`). Returns 0 or OVERFLOW."""
     KW = tab.shape[1] - RW_EXTRA
     EW = arena.shape[1]
     IT = EW - 2
@@ -503,15 +504,16 @@ def _block_add(tab, arena, meta, row, blk, src, x0, x1, c0, vw, dcol, it):
         # may cancel before another is added)
         lo = np.int64(0)
         for x in range(x0, x1):
+            itx = it if it >= 0 else src[x, 0]
             hi = ln
             while lo < hi:
                 mid = (lo + hi) >> 1
-                if _cmp_entry(arena, off + mid, src, x, c0, vw, it) < 0:
+                if _cmp_entry(arena, off + mid, src, x, c0, vw, itx) < 0:
                     lo = mid + 1
                 else:
                     hi = mid
             pos = lo
-            found = pos < ln and _cmp_entry(arena, off + pos, src, x, c0, vw, it) == 0
+            found = pos < ln and _cmp_entry(arena, off + pos, src, x, c0, vw, itx) == 0
             if found:
                 s, ov = add_checked(arena[off + pos, DF], src[x, dcol])
                 if ov:
@@ -534,7 +536,7 @@ def _block_add(tab, arena, meta, row, blk, src, x0, x1, c0, vw, dcol, it):
                     arena[off + pos, c] = src[x, c0 + c]
                 for c in range(vw, IT):
                     arena[off + pos, c] = 0
-                arena[off + pos, IT] = it
+                arena[off + pos, IT] = itx
                 arena[off + pos, DF] = src[x, dcol]
                 ln += 1
                 meta[M_LIVE] += 1
@@ -551,7 +553,8 @@ def _block_add(tab, arena, meta, row, blk, src, x0, x1, c0, vw, dcol, it):
             elif a >= ln:
                 c = 1
             else:
-                c = _cmp_entry(arena, off + a, src, x, c0, vw, it)
+                c = _cmp_entry(arena, off + a, src, x, c0, vw,
+                               it if it >= 0 else src[x, 0])
             if c < 0:
                 for q in range(EW):
                     arena[o, q] = arena[off + a, q]
@@ -562,7 +565,7 @@ def _block_add(tab, arena, meta, row, blk, src, x0, x1, c0, vw, dcol, it):
                     arena[o, q] = src[x, c0 + q]
                 for q in range(vw, IT):
                     arena[o, q] = 0
-                arena[o, IT] = it
+                arena[o, IT] = it if it >= 0 else src[x, 0]
                 arena[o, DF] = src[x, dcol]
                 x += 1
                 o += 1

@@ -632,6 +632,62 @@ def _sum_group(arena, a, a_end, ref, ri, w, j, nxt):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _count_ahead(arena, off_in, ln_in, off_o, ln_o, j, cin, cout, logic, lparam, cd, o,
+                 src, si, kw):
+    """A value-less ``distinct`` / ``top_k`` key evaluated at ``j`` (input ``cin`` and
+    output ``cout`` accumulated at ``<= j``, after its correction there): its
+    corrections at every later iteration of its input or output history, in one walk
+    over both blocks (entries ascending by iteration), appended to ``cd`` from row
+    ``o``. Returns ``(rows written up to, 0 or an overflow code)``.
+
+    This replaces evaluating the key again at each of those iterations: in round ``j``
+    of an outer time the history after ``j`` holds only earlier outer times' entries
+    (this time's later updates are still queued), and a key whose input changes at a
+    later iteration is in that round's delta and walks again from there; corrections
+    that turn out premature cancel in the queue they wait in."""
+    IT = arena.shape[1] - 2
+    DF = arena.shape[1] - 1
+    a = off_in
+    a_end = off_in + ln_in
+    while a < a_end and arena[a, IT] <= j:
+        a += 1
+    b = off_o
+    b_end = off_o + ln_o
+    while b < b_end and arena[b, IT] <= j:
+        b += 1
+    while a < a_end or b < b_end:
+        i = INF
+        if a < a_end:
+            i = arena[a, IT]
+        if b < b_end and arena[b, IT] < i:
+            i = arena[b, IT]
+        while a < a_end and arena[a, IT] == i:
+            cin, ov = add_checked(cin, arena[a, DF])
+            if ov:
+                return o, OVF_IN
+            a += 1
+        while b < b_end and arena[b, IT] == i:
+            cout, ov = add_checked(cout, arena[b, DF])
+            if ov:
+                return o, OVF_IN
+            b += 1
+        want = np.int64(0)
+        if cin > 0:
+            want = 1 if logic == L_DISTINCT else min(cin, lparam)
+        if want != cout:
+            dlt = want - cout
+            if ((want ^ cout) & (want ^ dlt)) < 0:
+                return o, OVF_CORR
+            cd[o, 0] = i
+            cd[o, 1] = dlt
+            for q in range(kw):
+                cd[o, 2 + q] = src[si, 2 + q]
+            o += 1
+            cout = want
+    return o, 0
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _pf_blocks(tab, arena, tag_in, tag_out, blk, src, si, kw):
     """Prefetch the input and output blocks of ``src[si]``'s key (see hstate.PF_AHEAD)."""
     r = _find(tab, tag_in, src, si, 2, kw)
@@ -757,6 +813,15 @@ def _reduce_keys(tab, arena, meta, tag_in, tag_out, blk, kw, vw, ow, logic, lpar
                 for q in range(kw):
                     cd[o, 2 + q] = src[si, 2 + q]
                 nc[0] = o + 1
+            if nxt != INF:
+                # the later iterations of the key's history now, not one evaluation
+                # each (see _count_ahead); nothing to schedule
+                o, code = _count_ahead(arena, off_in, ln_in, off_o, ln_o, j, si_, want,
+                                       logic, lparam, cd, nc[0], src, si, kw)
+                if code != 0:
+                    return code
+                nc[0] = o
+                nxt = INF
         else:
             # input accumulated at <= j, per vals: the trace's entries and the delta
             na = np.int64(0)
@@ -899,7 +964,7 @@ def _reduce_keys(tab, arena, meta, tag_in, tag_out, blk, kw, vw, ow, logic, lpar
         # the reduce owns its arrangement), the key's next evaluation
         o = nc[0]
         if o > c0:
-            if _block_add(tab, arena, meta, row_out, blk, cd, c0, o, 2 + kw, ow, 1, j) \
+            if _block_add(tab, arena, meta, row_out, blk, cd, c0, o, 2 + kw, ow, 1, -1) \
                     == OVERFLOW:
                 return OVF_CORR
         if fused and m > 0:
