@@ -632,6 +632,15 @@ def _sum_group(arena, a, a_end, ref, ri, w, j, nxt):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _count_want(c, logic, lparam):
+    """The output count of a value-less ``distinct`` (1) or ``top_k`` (``min(c, k)``)
+    whose input count is ``c`` (nothing for ``c <= 0``)."""
+    if c <= 0:
+        return np.int64(0)
+    return np.int64(1) if logic == L_DISTINCT else min(c, lparam)
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _count_ahead(arena, off_in, ln_in, off_o, ln_o, j, cin, cout, logic, lparam, cd, o,
                  src, si, kw):
     """A value-less ``distinct`` / ``top_k`` key evaluated at ``j`` (input ``cin`` and
@@ -671,9 +680,7 @@ def _count_ahead(arena, off_in, ln_in, off_o, ln_o, j, cin, cout, logic, lparam,
             if ov:
                 return o, OVF_IN
             b += 1
-        want = np.int64(0)
-        if cin > 0:
-            want = 1 if logic == L_DISTINCT else min(cin, lparam)
+        want = _count_want(cin, logic, lparam)
         if want != cout:
             dlt = want - cout
             if ((want ^ cout) & (want ^ dlt)) < 0:
@@ -800,9 +807,7 @@ def _reduce_keys(tab, arena, meta, tag_in, tag_out, blk, kw, vw, ow, logic, lpar
             so_, _a, nxt, ov = _sum_group(arena, off_o, off_o + ln_o, cur, 0, 0, j, nxt)
             if ov:
                 return OVF_IN
-            want = np.int64(0)
-            if si_ > 0:
-                want = 1 if logic == L_DISTINCT else min(si_, lparam)
+            want = _count_want(si_, logic, lparam)
             if want != so_:
                 dlt = want - so_
                 if ((want ^ so_) & (want ^ dlt)) < 0:

@@ -36,12 +36,6 @@ def spark():
 # cannot take function-scoped fixtures).
 @pytest.fixture(scope="module", params=["sequential", "rounds"])
 def loop_mode(request):
-    from ddnumba.native import NativeEngine
-    old = NativeEngine.loop_mode, os.environ.pop("DDNUMBA_LOOPS", None)
-    NativeEngine.loop_mode = request.param
-    try:
+    from oracle import loops_in
+    with loops_in(request.param):
         yield request.param
-    finally:
-        NativeEngine.loop_mode = old[0]
-        if old[1] is not None:
-            os.environ["DDNUMBA_LOOPS"] = old[1]

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import os
+from contextlib import contextmanager
 
 import numpy as np
 from hypothesis import HealthCheck, settings
@@ -490,3 +491,18 @@ def ref_intersect(a, b):
 
 def ref_except(a, b):
     return {r: max(a.get(r, 0) - b.get(r, 0), 0) for r in set(a) | set(b)}
+
+
+@contextmanager
+def loops_in(mode):
+    """The native engine's loops in ``mode`` (``"rounds"`` or ``"sequential"``) inside
+    the block, ``DDNUMBA_LOOPS`` set aside; both restored afterwards."""
+    from ddnumba.native import NativeEngine
+    old = NativeEngine.loop_mode, os.environ.pop("DDNUMBA_LOOPS", None)
+    NativeEngine.loop_mode = mode
+    try:
+        yield mode
+    finally:
+        NativeEngine.loop_mode = old[0]
+        if old[1] is not None:
+            os.environ["DDNUMBA_LOOPS"] = old[1]

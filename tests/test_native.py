@@ -42,7 +42,7 @@ from ddnumba.native import NativeEngine
 from ddnumba.testing import updates_table
 from ddnumba.operators.iterate import IterationLimitError
 
-from oracle import GRID_MAX, feed, states_to_updates, stream
+from oracle import GRID_MAX, feed, loops_in, states_to_updates, stream
 
 EXAMPLES = int(os.environ.get("DDNUMBA_NATIVE_EXAMPLES", "15"))
 
@@ -710,15 +710,9 @@ LEAVE_VARIABLE = {"iterative_counts", "iterative_parity", "leave_intermediate"}
 def test_twin_loops(name, data, streams):
     """Loops run round-wise against the Python engine (test_twin_loops_sequential runs
     them sequentially, the default)."""
-    old = NativeEngine.loop_mode, os.environ.pop("DDNUMBA_LOOPS", None)
-    NativeEngine.loop_mode = "rounds"
-    try:
+    with loops_in("rounds"):
         check_twin(PROGRAMS_GRAPH[name], RE, data, list(streams),
                    strict=name not in LEAVE_VARIABLE)
-    finally:
-        NativeEngine.loop_mode = old[0]
-        if old[1] is not None:
-            os.environ["DDNUMBA_LOOPS"] = old[1]
 
 
 @pytest.mark.parametrize("name", ["reach", "components_min", "shortest_paths"])
@@ -793,18 +787,15 @@ def test_dataflow_loops_argument(monkeypatch):
         assert df._native.sequential == [loops == "sequential"]
 
 
-def test_sequential_loop_after_a_large_load():
-    """A load big enough that the loop's output is consolidated within its time (more
-    than 4,096 leave rows) and its buffers outgrow 65,536 rows (released after the
-    run), then single changes: reachability against BFS at the load and every time.
-    The hashed state's table is large enough for its kernels to prefetch
-    (hstate.PF_MIN_SLOTS)."""
+def _seq_reach(rng, n, m, n_roots):
+    """The benchmark's reachability (multiset edges, no distinct on the inputs) with
+    sequential loops, loaded with a random graph at time 0 and run; returns
+    ``(df, (roots input, edges input), check, src, dst)``, ``check(t, src, dst)``
+    comparing the output at ``t`` with BFS over those edges (and returning how many
+    pairs it has)."""
     from ddnumba.demo import bfs_reachable
-    from ddnumba.kernels.hstate import PF_MIN_SLOTS
-    rng = np.random.default_rng(11)
-    n, m = 12000, 24000
     src, dst = rng.integers(0, n, m), rng.integers(0, n, m)
-    roots = rng.choice(n, 10, replace=False)
+    roots = rng.choice(n, n_roots, replace=False)
     df = dd.Dataflow(engine="native", loops="sequential")
     ri, r = df.new_input(["node"])
     ei, e = df.new_input(["src", "dst"])
@@ -820,80 +811,24 @@ def test_sequential_loop_after_a_large_load():
     ei.advance_to(1)
     df.run()
     assert df._native.sequential == [True]
-    bufs = df._native.st[13][0]
-    assert max(b.shape[0] for b in bufs) <= 65536, "large buffers kept after the run"
-    assert df._native.st[11][0][0].shape[0] >= PF_MIN_SLOTS
 
     def check(t, s, d):
         rr, vv = bfs_reachable(s, d, roots, n)
         got = {(int(a), int(b)) for a, b in zip(*[c.to_numpy() for c in
                                                    cap.at(t).columns[:2]])}
         assert got == set(zip(rr.tolist(), vv.tolist())), f"t={t}"
-        assert len(got) > 4096
+        return len(got)
 
-    check(0, src, dst)
-    live = list(zip(src.tolist(), dst.tolist()))       # a sliding window
-    for t in range(1, 6):
-        old = live.pop(0)
-        new = tuple(int(x) for x in rng.integers(0, n, 2))
-        live.append(new)
-        ei.update([old[0], new[0]], [old[1], new[1]], time=t, diff=[-1, 1])
-        ei.advance_to(t + 1)
-        ri.advance_to(t + 1)
-        df.run()
-        w = np.array(live, np.int64)
-        check(t, w[:, 0].copy(), w[:, 1].copy())
+    return df, (ri, ei), check, src, dst
 
 
-@pytest.mark.parametrize("big", [None, 1])
-def test_sequential_loop_gives_back_idle_buffers(monkeypatch, big):
-    """Buffers of nodes idle for a round, an enter's staged input and its taken
-    updates are given back during a run once they reach seqloop.IDLE_BIG_WORDS (here 1
-    word: every time, so every buffer is dropped and grown again round after round);
-    the answers stay BFS's through a load and batches of changes."""
-    from ddnumba.demo import bfs_reachable
-    from ddnumba.kernels import seqloop as S
-    if big is not None:
-        monkeypatch.setattr(S, "IDLE_BIG_WORDS", big)
-    rng = np.random.default_rng(12)
-    n, m = 2000, 4000
-    src, dst = rng.integers(0, n, m), rng.integers(0, n, m)
-    roots = rng.choice(n, 4, replace=False)
-    df = dd.Dataflow(engine="native", loops="sequential")
-    ri, r = df.new_input(["node"])
-    ei, e = df.new_input(["src", "dst"])
-    start = r.map(lambda x: (x, x), names=["root", "node"])
-    reach = start.iterate(
-        lambda v: v.map(lambda root, node: (node, root), names=["node", "root"])
-                   .join(e).map(lambda node, root, d: (root, d), names=["root", "node"])
-                   .concat(start).distinct())
-    cap = reach.capture()
-    ei.insert(src, dst, time=0)
-    ri.insert(roots, time=0)
-    ri.advance_to(1)
-    ei.advance_to(1)
-    df.run()
-    assert df._native.sequential == [True]
-    lp, _bn, _bmin = df._native.st[12][0]
-    nodes = S._nodes(lp)
-    stage = [int(nodes[i, S.P_D]) for i in range(nodes.shape[0])
-             if nodes[i, S.P_KIND] == S.S_ENTER]
-    rows = [df._native.st[13][0][x].shape[0] for x in stage]
-    if big is None:
-        assert max(rows) >= m        # the edges' stage buffer kept (below the bound)
-    else:
-        assert rows == [16] * len(stage)
-
-    def check(t, s, d):
-        rr, vv = bfs_reachable(s, d, roots, n)
-        got = {(int(a), int(b)) for a, b in zip(*[c.to_numpy() for c in
-                                                   cap.at(t).columns[:2]])}
-        assert got == set(zip(rr.tolist(), vv.tolist())), f"t={t}"
-
-    check(0, src, dst)
+def _slide(rng, df, inputs, check, src, dst, batches, n):
+    """Slide the window of edges ``src, dst`` by ``batches[k]`` changes (each at its own
+    time) per run, checking every run's last time against BFS."""
+    ri, ei = inputs
     live = list(zip(src.tolist(), dst.tolist()))
     t = 1
-    for batch in (1, 7, 40):
+    for batch in batches:
         for _ in range(batch):
             old = live.pop(0)
             new = tuple(int(x) for x in rng.integers(0, n, 2))
@@ -905,6 +840,48 @@ def test_sequential_loop_gives_back_idle_buffers(monkeypatch, big):
         df.run()
         w = np.array(live, np.int64)
         check(t - 1, w[:, 0].copy(), w[:, 1].copy())
+
+
+def test_sequential_loop_after_a_large_load():
+    """A load big enough that the loop's output is consolidated within its time (more
+    than 4,096 leave rows) and its buffers outgrow 65,536 rows (released after the
+    run), then single changes: reachability against BFS at the load and every time.
+    The hashed state's table is large enough for its kernels to prefetch
+    (hstate.PF_MIN_SLOTS)."""
+    from ddnumba.kernels.hstate import PF_MIN_SLOTS
+    rng = np.random.default_rng(11)
+    n = 12000
+    df, inputs, check, src, dst = _seq_reach(rng, n, 2 * n, 10)
+    bufs = df._native.st[13][0]
+    assert max(b.shape[0] for b in bufs) <= 65536, "large buffers kept after the run"
+    assert df._native.st[11][0][0].shape[0] >= PF_MIN_SLOTS
+    assert check(0, src, dst) > 4096
+    _slide(rng, df, inputs, check, src, dst, [1] * 5, n)
+
+
+@pytest.mark.parametrize("big", [None, 1])
+def test_sequential_loop_gives_back_idle_buffers(monkeypatch, big):
+    """Buffers of nodes idle for a round, an enter's staged input and its taken
+    updates are given back during a run once they reach seqloop.IDLE_BIG_WORDS (here 1
+    word: every time, so every buffer is dropped and grown again round after round);
+    the answers stay BFS's through a load and batches of changes."""
+    from ddnumba.kernels import seqloop as S
+    if big is not None:
+        monkeypatch.setattr(S, "IDLE_BIG_WORDS", big)
+    rng = np.random.default_rng(12)
+    n, m = 2000, 4000
+    df, inputs, check, src, dst = _seq_reach(rng, n, m, 4)
+    lp, _bn, _bmin = df._native.st[12][0]
+    nodes = S._nodes(lp)
+    stage = [int(nodes[i, S.P_D]) for i in range(nodes.shape[0])
+             if nodes[i, S.P_KIND] == S.S_ENTER]
+    rows = [df._native.st[13][0][x].shape[0] for x in stage]
+    if big is None:
+        assert max(rows) >= m        # the edges' stage buffer kept (below the bound)
+    else:
+        assert rows == [16] * len(stage)
+    check(0, src, dst)
+    _slide(rng, df, inputs, check, src, dst, [1, 7, 40], n)
 
 
 def _node_rows(df, cls):
@@ -970,15 +947,9 @@ def test_unknown_loop_mode(monkeypatch):
 def test_twin_loops_sequential(name, data, streams):
     """Loops run sequentially (the default) against the Python engine (test_twin_loops
     runs them round-wise)."""
-    old = NativeEngine.loop_mode, os.environ.pop("DDNUMBA_LOOPS", None)
-    NativeEngine.loop_mode = "sequential"
-    try:
+    with loops_in("sequential"):
         check_twin(PROGRAMS_GRAPH[name], RE, data, list(streams),
                    strict=name not in LEAVE_VARIABLE)
-    finally:
-        NativeEngine.loop_mode = old[0]
-        if old[1] is not None:
-            os.environ["DDNUMBA_LOOPS"] = old[1]
 
 
 # ------------------------------------------------------------ long seeded runs
