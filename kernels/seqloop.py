@@ -239,15 +239,6 @@ IDLE_BIG_WORDS = 1 << 22
 
 
 @njit(cache=True, nogil=True)
-def _drop_big(bufs, bn, x, big):
-    """Replace buffer ``x`` by a small one when it is empty and of ``big`` words or
-    more."""
-    b = bufs[x]
-    if bn[x] == 0 and b.shape[0] * b.shape[1] >= big:
-        bufs[x] = np.empty((16, b.shape[1]), np.int64)
-
-
-@njit(cache=True, nogil=True)
 def _fit(bufs, x, used, keep, big):
     """Replace buffer ``x`` (``big`` words or more) by one of twice ``used`` rows
     (16 at least), keeping its first ``keep`` rows, when it is more than 8 times too
@@ -260,16 +251,23 @@ def _fit(bufs, x, used, keep, big):
 
 
 @njit(cache=True, nogil=True)
-def _drop_idle(lp, bufs, bn, ln, big):
+def _drop_empty(bufs, bn, x, big):
+    """Replace buffer ``x`` by a small one when it is empty and of ``big`` words or
+    more."""
+    if bn[x] == 0:
+        _fit(bufs, x, 0, 0, big)
+
+
+@njit(cache=True, nogil=True)
+def _drop_idle(nodes, bufs, bn, ln, big):
     """Give back the big empty buffers of local node ``ln`` (idle this round)."""
-    nodes = _nodes(lp)
     kind = nodes[ln, P_KIND]
-    _drop_big(bufs, bn, nodes[ln, P_D], big)
+    _drop_empty(bufs, bn, nodes[ln, P_D], big)
     if kind == S_ARRANGE or kind == S_CONSOL or kind == S_FEEDBACK:
-        _drop_big(bufs, bn, nodes[ln, P_Q], big)
+        _drop_empty(bufs, bn, nodes[ln, P_Q], big)
     elif kind == S_REDUCE:
         for b in (P_Q, P_SCHED, P_ACC, P_DES, P_CUR):
-            _drop_big(bufs, bn, nodes[ln, b], big)
+            _drop_empty(bufs, bn, nodes[ln, b], big)
 
 
 @leaf
@@ -1177,7 +1175,7 @@ def run_times(lp, bufs, bn, bmin, tab, arena, meta, ups, times, stats, info):
             stats[g, 0] += 1
             stats[g, 1] += b - a
             _emit(lp, bufs, bn, bmin, stats, ln, bufs[sb], b - a, t)
-            _drop_big(bufs, bn, sb, big)
+            _drop_empty(bufs, bn, sb, big)
             if b == f.shape[0] and b * (d.shape[1] + 3) >= big:
                 # all taken: a large input (a load) is not held for the rest of the run
                 ups[x] = (np.empty((0, d.shape[1]), np.int64), np.empty((0, 2), np.int64),
@@ -1202,21 +1200,21 @@ def run_times(lp, bufs, bn, bmin, tab, arena, meta, ups, times, stats, info):
                         _step_buffered(lp, bufs, bn, bmin, stats, ln, t, j, scr)
                     else:
                         bn[nodes[ln, P_D]] = 0
-                        _drop_idle(lp, bufs, bn, ln, big)
+                        _drop_idle(nodes, bufs, bn, ln, big)
                 elif kind == S_JOIN:
                     if bn[nodes[nodes[ln, P_LEFT], P_D]] or \
                             bn[nodes[nodes[ln, P_RIGHT], P_D]]:
                         tab, arena = _step_join(lp, bufs, bn, bmin, stats, tab, arena,
                                                 meta, ln, t, j, scr)
                     else:
-                        _drop_idle(lp, bufs, bn, ln, big)
+                        _drop_idle(nodes, bufs, bn, ln, big)
                 elif kind == S_REDUCE:
                     q = nodes[ln, P_Q]
                     if bn[nodes[nodes[ln, P_ARR], P_D]] or (bn[q] and bmin[q] <= j):
                         tab, arena = _step_reduce(lp, bufs, bn, bmin, stats, tab, arena,
                                                   meta, ln, t, j, scr)
                     else:
-                        _drop_idle(lp, bufs, bn, ln, big)
+                        _drop_idle(nodes, bufs, bn, ln, big)
             # deltas of arrangements not inserted by their reader go in now
             for ln in range(nl):
                 if nodes[ln, P_KIND] != S_ARRANGE:
