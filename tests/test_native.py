@@ -639,6 +639,15 @@ def kitchen_sink(roots, edges):
     return roots.iterate(body, max_iterations=GUARD)
 
 
+def capped_walks(roots, edges):
+    """Nodes with their walks from the roots counted up to 2 (the count of a row is
+    the number of its walks, capped): a value-less ``top_k`` in the loop."""
+    def body(x):
+        return (x.join(edges).map(lambda s, d: d, names=["node"]).concat(roots)
+                .top_k(2))
+    return roots.iterate(body, max_iterations=GUARD)
+
+
 def _delayed_reach(roots, edges, step):
     """Reachability along ``edges`` whose every hop is delayed by ``step`` (outer time,
     iteration) inside the loop body."""
@@ -697,6 +706,7 @@ PROGRAMS_GRAPH = {
     "delay_in_loop": lambda seen, roots, edges: delayed_rounds(roots, edges),
     "outer_delay_in_loop": lambda seen, roots, edges: outer_delayed_hops(roots, edges),
     "leave_intermediate": lambda seen, roots, edges: left_intermediate(roots, edges),
+    "capped_walks": lambda seen, roots, edges: capped_walks(roots, edges),
 }
 
 
@@ -744,8 +754,8 @@ def test_twin_loops_in_passes_of_two_times(name, data, streams):
 
 #: loops of PROGRAMS_GRAPH that run sequentially (kernels.seqloop) in loop mode
 #: "sequential": native operators and built-in reduce logic only
-SEQUENTIAL = {"components_min", "iterative_counts", "iterative_parity", "reach",
-              "transitive_closure", "two_loops"}
+SEQUENTIAL = {"capped_walks", "components_min", "iterative_counts", "iterative_parity",
+              "reach", "transitive_closure", "two_loops"}
 
 
 def _loop_modes(name, mode, monkeypatch):
@@ -767,7 +777,7 @@ def test_loops_run_sequentially_when_they_can(name, monkeypatch):
     """Loop mode "sequential" runs a loop sequentially (one outer time after another
     over hashed state) when all its operators are native and its reduces built in; a
     callback (map, filter, inspect, delay, user reduce) keeps it round-wise, and mode
-    "rounds" (the default) keeps every loop round-wise."""
+    "rounds" keeps every loop round-wise."""
     seq = _loop_modes(name, "sequential", monkeypatch)
     assert all(seq) == (name in SEQUENTIAL)
     assert not any(_loop_modes(name, "rounds", monkeypatch))
