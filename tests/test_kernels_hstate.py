@@ -159,6 +159,95 @@ def test_hstate_long_blocks_and_growth():
     assert (rows >= 0).all()
 
 
+def _put(state, key, vals, diffs, it=0):
+    """Insert ``(key, val)`` with ``diffs`` at ``it`` into trace 2 (one key word, one
+    value word), block 0; returns the key's ``(offset, length, capacity)``."""
+    tab, arena, meta = state
+    order = np.argsort(vals)
+    dd = np.zeros((len(vals), 4), np.int64)
+    dd[:, 0] = it
+    dd[:, 1] = np.asarray(diffs)[order]
+    dd[:, 2] = key
+    dd[:, 3] = np.asarray(vals)[order]
+    state[0], state[1] = H.insert_delta(tab, arena, meta, 2, 0, dd, len(vals), 1, 1, it,
+                                        "x")
+    return _block_of(state, key)
+
+
+def _block_of(state, key):
+    tab = state[0]
+    row = int(H.find_rows(tab, 2, np.array([[key]]), 1)[0])
+    KW = tab.shape[1] - H.RW_EXTRA
+    return int(tab[row, KW + 1]), int(H.blen(tab, row, 0)), int(H.bcap(tab, row, 0))
+
+
+def _new(entries=256):
+    return list(H.new_state(1, 1, rows=64, entries=entries))
+
+
+def test_a_shrinking_block_moves_to_a_free_chunk_and_frees_its_own_whole():
+    """A block left a quarter full moves to a free chunk of half its size or less; its
+    old chunk goes back whole (not split into halves that only smaller blocks could
+    use), and nothing new is taken from the top."""
+    state = _new()
+    off_a, _, cap_a = _put(state, 1, [1, 2, 3, 4, 5], [1] * 5)
+    off_b, _, cap_b = _put(state, 2, [1, 2, 3, 4], [1] * 4)
+    assert (cap_a, cap_b) == (8, 4)
+    assert _put(state, 2, [1, 2, 3, 4], [-1] * 4)[1] == 0      # a free 4-chunk
+    top = state[2][H.M_TOP]
+    before = H.free_chunks(state[1], state[2])
+    assert (off_b, 4) in before
+    # three entries removed in place leave two of eight: the block moves to B's chunk
+    assert _put(state, 1, [2, 3, 4], [-1] * 3) == (off_b, 2, 4)
+    after = H.free_chunks(state[1], state[2])
+    assert sorted(after) == sorted([c for c in before if c != (off_b, 4)] + [(off_a, 8)])
+    assert state[2][H.M_TOP] == top
+    _check_space(*state)
+    assert H.read_key(state[0], state[1], _find_row(state, 1), 0)[:, 0].tolist() == [1, 5]
+
+
+def _find_row(state, key):
+    return int(H.find_rows(state[0], 2, np.array([[key]]), 1)[0])
+
+
+def test_a_shrinking_block_without_a_free_chunk_gives_up_its_upper_part():
+    state = _new()
+    off_a, _, _ = _put(state, 1, [1, 2, 3, 4, 5], [1] * 5)
+    assert H.free_chunks(state[1], state[2]) == []
+    assert _put(state, 1, [2, 3, 4], [-1] * 3) == (off_a, 2, 4)
+    assert H.free_chunks(state[1], state[2]) == [(off_a + 4, 4)]
+    _check_space(*state)
+
+
+def test_a_merge_whose_diffs_cancel_ends_in_a_chunk_of_its_length():
+    """Two entries merged into a one-entry block (one cancels) go through a fresh chunk
+    of four; the result moves back to a one-entry chunk (here its old one, freed by the
+    merge) and the chunk of four goes back whole."""
+    state = _new()
+    off_a, _, _ = _put(state, 1, [5], [1])
+    assert _put(state, 1, [5, 6], [-1, 1]) == (off_a, 1, 1)
+    free = H.free_chunks(state[1], state[2])
+    assert len(free) == 1 and free[0][1] == 4
+    assert H.read_key(state[0], state[1], _find_row(state, 1), 0)[:, 0].tolist() == [6]
+    _check_space(*state)
+
+
+def test_alloc_splits_a_larger_free_chunk_before_taking_the_top():
+    state = _new()
+    off_b, _, cap_b = _put(state, 2, list(range(8)), [1] * 8)
+    assert cap_b == 8
+    _put(state, 2, list(range(8)), [-1] * 8)
+    before = H.free_chunks(state[1], state[2])
+    assert (off_b, 8) in before and all(c >= 8 for _, c in before)
+    top = state[2][H.M_TOP]
+    assert _put(state, 3, [9], [1]) == (off_b, 1, 1)
+    after = H.free_chunks(state[1], state[2])
+    assert sorted(after) == sorted([c for c in before if c != (off_b, 8)]
+                                   + [(off_b + 1, 1), (off_b + 2, 2), (off_b + 4, 4)])
+    assert state[2][H.M_TOP] == top
+    _check_space(*state)
+
+
 @pytest.mark.parametrize("rows", [3, HUGE_BYTES // 32 + 1])
 def test_alloc2d_below_and_above_the_numpy_threshold(rows):
     """Large state arrays come from NumPy (huge pages), small ones from Numba: both are
