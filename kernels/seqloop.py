@@ -294,14 +294,11 @@ def _route_copy(src, n, dst, o, proj, poff, plen, sign, shift, t, leave):
 
 
 @njit(cache=True, nogil=True)
-def _emit(lp, bufs, bn, bmin, stats, ln, src, n, t):
+def _emit(pg, bufs, bn, bmin, stats, ln, src, n, t):
     """Send rows ``src[:n]`` of local node ``ln`` along its routes."""
     if n == 0:
         return
-    nodes = _nodes(lp)
-    routes = _routes(lp)
-    proj = _fld(lp, F_PROJ)
-    chain = _fld(lp, F_CHAIN)
+    nodes, routes, proj, chain, _q = pg
     stats[nodes[ln, P_NODE], 2] += n
     for r in range(nodes[ln, P_ROFF], nodes[ln, P_ROFF] + nodes[ln, P_RN]):
         q = routes[r, R_BUF]
@@ -560,8 +557,8 @@ def _join_deltas(ld, nl, rd, nr, kw, j, bufs, ob, o):
 
 
 @njit(cache=True, nogil=True)
-def _step_join(lp, bufs, bn, bmin, stats, tab, arena, meta, ln, t, j, scr):
-    nodes = _nodes(lp)
+def _step_join(pg, bufs, bn, bmin, stats, tab, arena, meta, ln, t, j, scr):
+    nodes = pg[0]
     la = nodes[ln, P_LEFT]
     ra = nodes[ln, P_RIGHT]
     dl = nodes[la, P_D]
@@ -601,7 +598,7 @@ def _step_join(lp, bufs, bn, bmin, stats, tab, arena, meta, ln, t, j, scr):
                             o, scr)
             if nl:
                 o = _join_deltas(bufs[dl], nl, bufs[dr], nr, kw, j, bufs, ob, o)
-    _emit(lp, bufs, bn, bmin, stats, ln, bufs[ob], o, t)
+    _emit(pg, bufs, bn, bmin, stats, ln, bufs[ob], o, t)
     _fit(bufs, ob, o, 0, scr[SC_BIG])
     return tab, arena
 
@@ -747,10 +744,25 @@ def _reduce_keys(tab, arena, meta, tag_in, tag_out, blk, kw, vw, ow, logic, lpar
                 _pf_slot(tab, dd, f, kw)
             elif f < total:
                 _pf_slot(tab, sk, f - nd, kw)
-            if e < nd:
-                _pf_blocks(tab, arena, tag_in, tag_out, blk, dd, e, kw)
-            elif e < total:
-                _pf_blocks(tab, arena, tag_in, tag_out, blk, sk, e - nd, kw)
+            # the blocks of the key after the next one (whose own were prefetched
+            # while its predecessor was evaluated)
+            g = e
+            if g < nd:
+                g += 1
+                while g < nd and _same(dd, g, 2, dd, e, 2, kw):
+                    g += 1
+            elif g < total:
+                g += 1
+            if p0 == 0:
+                # the first key: its successor's blocks too
+                if e < nd:
+                    _pf_blocks(tab, arena, tag_in, tag_out, blk, dd, e, kw)
+                elif e < total:
+                    _pf_blocks(tab, arena, tag_in, tag_out, blk, sk, e - nd, kw)
+            if g < nd:
+                _pf_blocks(tab, arena, tag_in, tag_out, blk, dd, g, kw)
+            elif g < total:
+                _pf_blocks(tab, arena, tag_in, tag_out, blk, sk, g - nd, kw)
         if fused:
             row_in = _find(tab, tag_in, src, si, 2, kw)
             if row_in < 0:
@@ -1010,8 +1022,8 @@ def _reduce_overflow(code, logic):
 
 
 @njit(cache=True, nogil=True)
-def _step_reduce(lp, bufs, bn, bmin, stats, tab, arena, meta, ln, t, j, scr):
-    nodes = _nodes(lp)
+def _step_reduce(pg, bufs, bn, bmin, stats, tab, arena, meta, ln, t, j, scr):
+    nodes = pg[0]
     la = nodes[ln, P_ARR]
     dq = nodes[la, P_D]
     nd = bn[dq]
@@ -1060,7 +1072,7 @@ def _step_reduce(lp, bufs, bn, bmin, stats, tab, arena, meta, ln, t, j, scr):
     bn[sq] = qc[0]
     bmin[sq] = qc[1]
     stats[nodes[ln, P_NODE], 3] += qc[2]       # keys evaluated
-    _emit(lp, bufs, bn, bmin, stats, ln, bufs[ob], nc[0], t)
+    _emit(pg, bufs, bn, bmin, stats, ln, bufs[ob], nc[0], t)
     _fit(bufs, ob, nc[0], 0, scr[SC_BIG])
     return tab, arena
 
@@ -1069,10 +1081,10 @@ def _step_reduce(lp, bufs, bn, bmin, stats, tab, arena, meta, ln, t, j, scr):
 
 
 @njit(cache=True, nogil=True)
-def _step_buffered(lp, bufs, bn, bmin, stats, ln, t, j, scr):
+def _step_buffered(pg, bufs, bn, bmin, stats, ln, t, j, scr):
     """Arrange, consolidate or feedback: take the rows at ``j``, consolidate them into
     the node's delta buffer; consolidate and feedback emit it."""
-    nodes = _nodes(lp)
+    nodes = pg[0]
     d = nodes[ln, P_D]
     n = _take(bufs, bn, bmin, nodes[ln, P_Q], d, j, scr)
     if n == 0:
@@ -1084,12 +1096,11 @@ def _step_buffered(lp, bufs, bn, bmin, stats, ln, t, j, scr):
     if nodes[ln, P_KIND] == S_ARRANGE:
         stats[g, 2] += k
     else:
-        _emit(lp, bufs, bn, bmin, stats, ln, bufs[d], k, t)
+        _emit(pg, bufs, bn, bmin, stats, ln, bufs[d], k, t)
 
 
 @njit(cache=True, nogil=True)
-def _next_round(lp, bn, bmin, kmin):
-    qs = _fld(lp, F_QUEUES)
+def _next_round(qs, bn, bmin, kmin):
     best = INF
     for x in range(qs.shape[0]):
         q = qs[x]
@@ -1145,6 +1156,9 @@ def run_times(lp, bufs, bn, bmin, tab, arena, meta, ups, times, stats, info):
     ``info[2]`` counts rounds."""
     nodes = _nodes(lp)
     misc = _fld(lp, F_MISC)
+    # the program's parts, sliced once (the steps take them as a tuple)
+    qs = _fld(lp, F_QUEUES)
+    pg = (nodes, _routes(lp), _fld(lp, F_PROJ), _fld(lp, F_CHAIN), qs)
     loop = misc[0]
     maxit = misc[1]
     big = misc[2]
@@ -1174,14 +1188,14 @@ def run_times(lp, bufs, bn, bmin, tab, arena, meta, ups, times, stats, info):
             g = nodes[ln, P_NODE]
             stats[g, 0] += 1
             stats[g, 1] += b - a
-            _emit(lp, bufs, bn, bmin, stats, ln, bufs[sb], b - a, t)
+            _emit(pg, bufs, bn, bmin, stats, ln, bufs[sb], b - a, t)
             _drop_empty(bufs, bn, sb, big)
             if b == f.shape[0] and b * (d.shape[1] + 3) >= big:
                 # all taken: a large input (a load) is not held for the rest of the run
                 ups[x] = (np.empty((0, d.shape[1]), np.int64), np.empty((0, 2), np.int64),
                           np.empty(0, np.int64))
                 ptr[x] = 0
-        j = _next_round(lp, bn, bmin, np.int64(0))
+        j = _next_round(qs, bn, bmin, np.int64(0))
         while j >= 0:
             if maxit >= 0 and j >= maxit:
                 info[0] = loop
@@ -1197,21 +1211,21 @@ def run_times(lp, bufs, bn, bmin, tab, arena, meta, ups, times, stats, info):
                 if kind == S_ARRANGE or kind == S_CONSOL or kind == S_FEEDBACK:
                     q = nodes[ln, P_Q]
                     if bn[q] and bmin[q] <= j:
-                        _step_buffered(lp, bufs, bn, bmin, stats, ln, t, j, scr)
+                        _step_buffered(pg, bufs, bn, bmin, stats, ln, t, j, scr)
                     else:
                         bn[nodes[ln, P_D]] = 0
                         _drop_idle(nodes, bufs, bn, ln, big)
                 elif kind == S_JOIN:
                     if bn[nodes[nodes[ln, P_LEFT], P_D]] or \
                             bn[nodes[nodes[ln, P_RIGHT], P_D]]:
-                        tab, arena = _step_join(lp, bufs, bn, bmin, stats, tab, arena,
+                        tab, arena = _step_join(pg, bufs, bn, bmin, stats, tab, arena,
                                                 meta, ln, t, j, scr)
                     else:
                         _drop_idle(nodes, bufs, bn, ln, big)
                 elif kind == S_REDUCE:
                     q = nodes[ln, P_Q]
                     if bn[nodes[nodes[ln, P_ARR], P_D]] or (bn[q] and bmin[q] <= j):
-                        tab, arena = _step_reduce(lp, bufs, bn, bmin, stats, tab, arena,
+                        tab, arena = _step_reduce(pg, bufs, bn, bmin, stats, tab, arena,
                                                   meta, ln, t, j, scr)
                     else:
                         _drop_idle(nodes, bufs, bn, ln, big)
@@ -1228,7 +1242,7 @@ def run_times(lp, bufs, bn, bmin, tab, arena, meta, ups, times, stats, info):
                         "arrange: a count overflows int64 (in a loop)")
                 bn[d] = 0
             info[2] += 1
-            j = _next_round(lp, bn, bmin, j + 1)
+            j = _next_round(qs, bn, bmin, j + 1)
     # (the leaves' rows are consolidated outside, iterations dropped, in one sort for
     # the whole run: see kernels.runtime, K_LEAVE)
     return OK, tab, arena
