@@ -43,7 +43,11 @@ A round ``j`` of outer time ``t`` steps the local nodes in order:
   ``(t, max(i, j))``): it is scheduled for the least such iteration only, and that
   evaluation schedules the next. A stamp per key (the round's epoch) makes each key
   evaluated once a round. Built-in logic only (``count``, ``sum``, ``min``, ``max``,
-  ``distinct``, ``top_k``, the conventions of :mod:`ddnumba.kernels.reduce`);
+  ``distinct``, ``top_k``, the conventions of :mod:`ddnumba.kernels.reduce`). A
+  value-less ``distinct`` or ``top_k`` (a count per key, the output a function of it)
+  keeps no output at all: its output at every iteration is that function of its input
+  there, so the corrections for a delta at ``j`` -- at ``j`` and at each later
+  iteration of the input history -- come from one walk over the input history;
 * a *consolidate* or *feedback* takes its rows at ``j``, consolidates them and
   emits them.
 
@@ -636,57 +640,56 @@ def _count_want(c, logic, lparam):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _count_ahead(arena, off_in, ln_in, off_o, ln_o, j, cin, cout, logic, lparam, cd, o,
-                 src, si, kw):
-    """A value-less ``distinct`` / ``top_k`` key evaluated at ``j`` (input ``cin`` and
-    output ``cout`` accumulated at ``<= j``, after its correction there): its
-    corrections at every later iteration of its input or output history, in one walk
-    over both blocks (entries ascending by iteration), appended to ``cd`` from row
-    ``o``. Returns ``(rows written up to, 0 or an overflow code)``.
+def _flat_corrections(arena, off_in, ln_in, j, dsum, logic, lparam, cd, o, src, si, kw):
+    """Corrections of a value-less ``distinct`` / ``top_k`` key whose input gains
+    ``dsum`` at iteration ``j``, from its input history alone (block of ``ln_in``
+    entries at ``off_in``, the delta not in it): at ``j`` and at every later iteration
+    of that history, the change of the output count there, ``want(c + dsum) -
+    want(c)`` with ``c`` the input accumulated at that iteration, less the corrections
+    already written before it. Appended to ``cd`` from row ``o``; returns ``(rows
+    written up to, 0 or an overflow code)``.
 
-    This replaces evaluating the key again at each of those iterations: in round ``j``
-    of an outer time the history after ``j`` holds only earlier outer times' entries
-    (this time's later updates are still queued), and a key whose input changes at a
-    later iteration is in that round's delta and walks again from there; corrections
-    that turn out premature cancel in the queue they wait in."""
+    Such a reduce keeps no output: in a sequential loop its output accumulated at any
+    iteration is always ``want`` of its input accumulated there. Every earlier outer
+    time ran to its fixed point, and a key whose input changes in a round is corrected
+    there for that iteration and all later ones of its history at once; its history
+    after ``j`` holds only earlier outer times' entries until a later round's delta
+    (which walks again from its own iteration)."""
     IT = arena.shape[1] - 2
     DF = arena.shape[1] - 1
     a = off_in
     a_end = off_in + ln_in
-    while a < a_end and arena[a, IT] <= j:
+    c = np.int64(0)
+    while a < a_end and arena[a, IT] < j:
+        c, ov = add_checked(c, arena[a, DF])
+        if ov:
+            return o, OVF_IN
         a += 1
-    b = off_o
-    b_end = off_o + ln_o
-    while b < b_end and arena[b, IT] <= j:
-        b += 1
-    while a < a_end or b < b_end:
-        i = INF
-        if a < a_end:
-            i = arena[a, IT]
-        if b < b_end and arena[b, IT] < i:
-            i = arena[b, IT]
+    i = j
+    prev = np.int64(0)
+    while True:
         while a < a_end and arena[a, IT] == i:
-            cin, ov = add_checked(cin, arena[a, DF])
+            c, ov = add_checked(c, arena[a, DF])
             if ov:
                 return o, OVF_IN
             a += 1
-        while b < b_end and arena[b, IT] == i:
-            cout, ov = add_checked(cout, arena[b, DF])
-            if ov:
-                return o, OVF_IN
-            b += 1
-        want = _count_want(cin, logic, lparam)
-        if want != cout:
-            dlt = want - cout
-            if ((want ^ cout) & (want ^ dlt)) < 0:
+        cn, ov = add_checked(c, dsum)
+        if ov:
+            return o, OVF_IN
+        d = _count_want(cn, logic, lparam) - _count_want(c, logic, lparam)
+        if d != prev:
+            dlt = d - prev
+            if ((d ^ prev) & (d ^ dlt)) < 0:
                 return o, OVF_CORR
             cd[o, 0] = i
             cd[o, 1] = dlt
             for q in range(kw):
                 cd[o, 2 + q] = src[si, 2 + q]
             o += 1
-            cout = want
-    return o, 0
+            prev = d
+        if a >= a_end:
+            return o, 0
+        i = arena[a, IT]
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -713,7 +716,9 @@ def _reduce_keys(tab, arena, meta, tag_in, tag_out, blk, kw, vw, ow, logic, lpar
     is added to block 0 here), the logic, and the corrections: appended to ``cd``
     (rows ``(j, diff, key, out vals)``, ``nc[0]`` rows) and added to the output block.
     The least iteration after ``j`` in either history is appended to the schedule
-    queue ``sq`` (``qc`` = its row count and least iteration).
+    queue ``sq`` (``qc`` = its row count and least iteration). A value-less
+    ``distinct`` / ``top_k`` keeps no output and schedules nothing: its corrections at
+    ``j`` and later come from its input history (:func:`_flat_corrections`).
 
     Returns DONE, NEED_SCRATCH / NEED_OUT / NEED_ARENA (``pos[1]`` = amount needed;
     nothing of the key was changed) or an overflow code."""
@@ -722,6 +727,9 @@ def _reduce_keys(tab, arena, meta, tag_in, tag_out, blk, kw, vw, ow, logic, lpar
     total = nd + ns
     fused = blk == 1
     ob = KW + 1 + 2 * blk
+    flat = vw == 0 and ow == 0 and (logic == L_DISTINCT or logic == L_TOP_K)
+    pf_out = tag_in if flat else tag_out     # (a flat reduce reads no output block)
+    pf_blk = 0 if flat else blk
     pf = _pf_on(tab)
     while pos[0] < total:
         p0 = pos[0]
@@ -756,13 +764,53 @@ def _reduce_keys(tab, arena, meta, tag_in, tag_out, blk, kw, vw, ow, logic, lpar
             if p0 == 0:
                 # the first key: its successor's blocks too
                 if e < nd:
-                    _pf_blocks(tab, arena, tag_in, tag_out, blk, dd, e, kw)
+                    _pf_blocks(tab, arena, tag_in, pf_out, pf_blk, dd, e, kw)
                 elif e < total:
-                    _pf_blocks(tab, arena, tag_in, tag_out, blk, sk, e - nd, kw)
+                    _pf_blocks(tab, arena, tag_in, pf_out, pf_blk, sk, e - nd, kw)
             if g < nd:
-                _pf_blocks(tab, arena, tag_in, tag_out, blk, dd, g, kw)
+                _pf_blocks(tab, arena, tag_in, pf_out, pf_blk, dd, g, kw)
             elif g < total:
-                _pf_blocks(tab, arena, tag_in, tag_out, blk, sk, g - nd, kw)
+                _pf_blocks(tab, arena, tag_in, pf_out, pf_blk, sk, g - nd, kw)
+        if flat:
+            # a value-less distinct / top_k: corrections from the input history alone
+            # (see _flat_corrections); its keys are never scheduled
+            row_in = _find(tab, tag_in, src, si, 2, kw)
+            if m == 0:
+                pos[0] = e
+                continue
+            if row_in < 0 and fused:
+                row_in = _new_row(tab, meta, -1 - row_in, tag_in, src, si, 2, kw)
+            off_in = np.int64(0)
+            ln_in = np.int64(0)
+            if row_in >= 0:
+                off_in = tab[row_in, KW + 1]
+                ln_in = blen(tab, row_in, 0)
+            ncmax = ln_in + 1
+            if nc[0] + ncmax > cd.shape[0]:
+                pos[1] = ncmax
+                return NEED_OUT
+            if fused:
+                ar = _block_need(tab, row_in, 0, m)
+                if meta[M_TOP] + ar > arena.shape[0]:
+                    pos[1] = ar
+                    return NEED_ARENA
+            qc[2] += 1
+            dsum = np.int64(0)
+            for x in range(p0, e):
+                dsum, ov = add_checked(dsum, dd[x, 1])
+                if ov:
+                    return OVF_IN
+            o, code = _flat_corrections(arena, off_in, ln_in, j, dsum, logic, lparam, cd,
+                                        nc[0], src, si, kw)
+            if code != 0:
+                return code
+            nc[0] = o
+            if fused:
+                if _block_add(tab, arena, meta, row_in, 0, dd, p0, e, 2 + kw, vw, 1, j) \
+                        == OVERFLOW:
+                    return OVF_IN
+            pos[0] = e
+            continue
         if fused:
             row_in = _find(tab, tag_in, src, si, 2, kw)
             if row_in < 0:
@@ -804,177 +852,143 @@ def _reduce_keys(tab, arena, meta, tag_in, tag_out, blk, kw, vw, ow, logic, lpar
         qc[2] += 1
         nxt = INF
         c0 = nc[0]
-        if vw == 0 and ow == 0 and (logic == L_DISTINCT or logic == L_TOP_K):
-            # rows without values (distinct of whole rows): one count per side
-            si_, _a, nxt, ov = _sum_group(arena, off_in, off_in + ln_in, acc, 0, 0, j,
-                                          nxt)
+        # input accumulated at <= j, per vals: the trace's entries and the delta
+        na = np.int64(0)
+        a = off_in
+        a_end = off_in + ln_in
+        x = p0
+        x_end = p0 + m
+        while a < a_end or x < x_end:
+            if x >= x_end:
+                c = -1
+            elif a >= a_end:
+                c = 1
+            else:
+                c = _cmp(arena, a, 0, dd, x, 2 + kw, vw)
+            if c <= 0:
+                for q in range(vw):
+                    acc[na, 1 + q] = arena[a, q]
+            else:
+                for q in range(vw):
+                    acc[na, 1 + q] = dd[x, 2 + kw + q]
+            s, a, nxt, ov = _sum_group(arena, a, a_end, acc, na, vw, j, nxt)
             if ov:
                 return OVF_IN
-            if m > 0:
-                si_, ov = add_checked(si_, dd[p0, 1])
+            if x < x_end and _cmp(dd, x, 2 + kw, acc, na, 1, vw) == 0:
+                s, ov = add_checked(s, dd[x, 1])
                 if ov:
                     return OVF_IN
-            so_, _a, nxt, ov = _sum_group(arena, off_o, off_o + ln_o, cur, 0, 0, j, nxt)
+                x += 1
+            if s != 0:
+                acc[na, 0] = s
+                na += 1
+        # output accumulated at <= j
+        nu = np.int64(0)
+        a = off_o
+        a_end = off_o + ln_o
+        while a < a_end:
+            for q in range(ow):
+                cur[nu, 1 + q] = arena[a, q]
+            s, a, nxt, ov = _sum_group(arena, a, a_end, cur, nu, ow, j, nxt)
             if ov:
                 return OVF_IN
-            want = _count_want(si_, logic, lparam)
-            if want != so_:
-                dlt = want - so_
-                if ((want ^ so_) & (want ^ dlt)) < 0:
+            if s != 0:
+                cur[nu, 0] = s
+                nu += 1
+        # desired output
+        nw = np.int64(0)
+        if logic == L_DISTINCT:
+            for i in range(na):
+                if acc[i, 0] > 0:
+                    for q in range(vw):
+                        des[nw, 1 + q] = acc[i, 1 + q]
+                    des[nw, 0] = 1
+                    nw += 1
+        elif logic == L_TOP_K:
+            left = lparam
+            for i in range(na):
+                if left <= 0:
+                    break
+                cc = acc[i, 0]
+                if cc > 0:
+                    for q in range(vw):
+                        des[nw, 1 + q] = acc[i, 1 + q]
+                    tk = cc if cc < left else left
+                    des[nw, 0] = tk
+                    left -= tk
+                    nw += 1
+        elif logic == L_COUNT:
+            if na > 0:
+                s = np.int64(0)
+                for i in range(na):
+                    s, ov = add_checked(s, acc[i, 0])
+                    if ov:
+                        return OVF_LOGIC
+                des[0, 1] = s
+                des[0, 0] = 1
+                nw = 1
+        elif logic == L_SUM:
+            if na > 0:
+                s = np.int64(0)
+                for i in range(na):
+                    pr, o1 = mul_checked(acc[i, 1 + lparam], acc[i, 0])
+                    s, o2 = add_checked(s, pr)
+                    if o1 or o2:
+                        return OVF_LOGIC
+                des[0, 1] = s
+                des[0, 0] = 1
+                nw = 1
+        else:   # L_MIN / L_MAX
+            found = False
+            best = np.int64(0)
+            for i in range(na):
+                if acc[i, 0] > 0:
+                    v = acc[i, 1 + lparam]
+                    if not found or (v > best if logic == L_MAX else v < best):
+                        best = v
+                        found = True
+            if found:
+                des[0, 1] = best
+                des[0, 0] = 1
+                nw = 1
+        # corrections: desired - current, per out vals (both ascending)
+        a = np.int64(0)
+        b = np.int64(0)
+        o = nc[0]
+        while a < nw or b < nu:
+            if b >= nu:
+                c = -1
+            elif a >= nw:
+                c = 1
+            else:
+                c = _cmp(des, a, 1, cur, b, 1, ow)
+            if c < 0:
+                dlt = des[a, 0]
+            elif c > 0:
+                if cur[b, 0] == I64_MIN:
                     return OVF_CORR
-                o = nc[0]
+                dlt = -cur[b, 0]
+            else:
+                dlt = des[a, 0] - cur[b, 0]
+                if ((des[a, 0] ^ cur[b, 0]) & (des[a, 0] ^ dlt)) < 0:
+                    return OVF_CORR
+            if dlt != 0:
                 cd[o, 0] = j
                 cd[o, 1] = dlt
                 for q in range(kw):
                     cd[o, 2 + q] = src[si, 2 + q]
-                nc[0] = o + 1
-            if nxt != INF:
-                # the later iterations of the key's history now, not one evaluation
-                # each (see _count_ahead); nothing to schedule
-                o, code = _count_ahead(arena, off_in, ln_in, off_o, ln_o, j, si_, want,
-                                       logic, lparam, cd, nc[0], src, si, kw)
-                if code != 0:
-                    return code
-                nc[0] = o
-                nxt = INF
-        else:
-            # input accumulated at <= j, per vals: the trace's entries and the delta
-            na = np.int64(0)
-            a = off_in
-            a_end = off_in + ln_in
-            x = p0
-            x_end = p0 + m
-            while a < a_end or x < x_end:
-                if x >= x_end:
-                    c = -1
-                elif a >= a_end:
-                    c = 1
-                else:
-                    c = _cmp(arena, a, 0, dd, x, 2 + kw, vw)
                 if c <= 0:
-                    for q in range(vw):
-                        acc[na, 1 + q] = arena[a, q]
+                    for q in range(ow):
+                        cd[o, 2 + kw + q] = des[a, 1 + q]
                 else:
-                    for q in range(vw):
-                        acc[na, 1 + q] = dd[x, 2 + kw + q]
-                s, a, nxt, ov = _sum_group(arena, a, a_end, acc, na, vw, j, nxt)
-                if ov:
-                    return OVF_IN
-                if x < x_end and _cmp(dd, x, 2 + kw, acc, na, 1, vw) == 0:
-                    s, ov = add_checked(s, dd[x, 1])
-                    if ov:
-                        return OVF_IN
-                    x += 1
-                if s != 0:
-                    acc[na, 0] = s
-                    na += 1
-            # output accumulated at <= j
-            nu = np.int64(0)
-            a = off_o
-            a_end = off_o + ln_o
-            while a < a_end:
-                for q in range(ow):
-                    cur[nu, 1 + q] = arena[a, q]
-                s, a, nxt, ov = _sum_group(arena, a, a_end, cur, nu, ow, j, nxt)
-                if ov:
-                    return OVF_IN
-                if s != 0:
-                    cur[nu, 0] = s
-                    nu += 1
-            # desired output
-            nw = np.int64(0)
-            if logic == L_DISTINCT:
-                for i in range(na):
-                    if acc[i, 0] > 0:
-                        for q in range(vw):
-                            des[nw, 1 + q] = acc[i, 1 + q]
-                        des[nw, 0] = 1
-                        nw += 1
-            elif logic == L_TOP_K:
-                left = lparam
-                for i in range(na):
-                    if left <= 0:
-                        break
-                    cc = acc[i, 0]
-                    if cc > 0:
-                        for q in range(vw):
-                            des[nw, 1 + q] = acc[i, 1 + q]
-                        tk = cc if cc < left else left
-                        des[nw, 0] = tk
-                        left -= tk
-                        nw += 1
-            elif logic == L_COUNT:
-                if na > 0:
-                    s = np.int64(0)
-                    for i in range(na):
-                        s, ov = add_checked(s, acc[i, 0])
-                        if ov:
-                            return OVF_LOGIC
-                    des[0, 1] = s
-                    des[0, 0] = 1
-                    nw = 1
-            elif logic == L_SUM:
-                if na > 0:
-                    s = np.int64(0)
-                    for i in range(na):
-                        pr, o1 = mul_checked(acc[i, 1 + lparam], acc[i, 0])
-                        s, o2 = add_checked(s, pr)
-                        if o1 or o2:
-                            return OVF_LOGIC
-                    des[0, 1] = s
-                    des[0, 0] = 1
-                    nw = 1
-            else:   # L_MIN / L_MAX
-                found = False
-                best = np.int64(0)
-                for i in range(na):
-                    if acc[i, 0] > 0:
-                        v = acc[i, 1 + lparam]
-                        if not found or (v > best if logic == L_MAX else v < best):
-                            best = v
-                            found = True
-                if found:
-                    des[0, 1] = best
-                    des[0, 0] = 1
-                    nw = 1
-            # corrections: desired - current, per out vals (both ascending)
-            a = np.int64(0)
-            b = np.int64(0)
-            o = nc[0]
-            while a < nw or b < nu:
-                if b >= nu:
-                    c = -1
-                elif a >= nw:
-                    c = 1
-                else:
-                    c = _cmp(des, a, 1, cur, b, 1, ow)
-                if c < 0:
-                    dlt = des[a, 0]
-                elif c > 0:
-                    if cur[b, 0] == I64_MIN:
-                        return OVF_CORR
-                    dlt = -cur[b, 0]
-                else:
-                    dlt = des[a, 0] - cur[b, 0]
-                    if ((des[a, 0] ^ cur[b, 0]) & (des[a, 0] ^ dlt)) < 0:
-                        return OVF_CORR
-                if dlt != 0:
-                    cd[o, 0] = j
-                    cd[o, 1] = dlt
-                    for q in range(kw):
-                        cd[o, 2 + q] = src[si, 2 + q]
-                    if c <= 0:
-                        for q in range(ow):
-                            cd[o, 2 + kw + q] = des[a, 1 + q]
-                    else:
-                        for q in range(ow):
-                            cd[o, 2 + kw + q] = cur[b, 1 + q]
-                    o += 1
-                if c <= 0:
-                    a += 1
-                if c >= 0:
-                    b += 1
-            nc[0] = o
+                    for q in range(ow):
+                        cd[o, 2 + kw + q] = cur[b, 1 + q]
+                o += 1
+            if c <= 0:
+                a += 1
+            if c >= 0:
+                b += 1
+        nc[0] = o
         # the corrections into the output block, the delta into the input block (when
         # the reduce owns its arrangement), the key's next evaluation
         o = nc[0]
