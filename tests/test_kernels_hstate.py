@@ -174,9 +174,13 @@ def _put(state, key, vals, diffs, it=0):
     return _block_of(state, key)
 
 
+def _find_row(state, key):
+    return int(H.find_rows(state[0], 2, np.array([[key]]), 1)[0])
+
+
 def _block_of(state, key):
     tab = state[0]
-    row = int(H.find_rows(tab, 2, np.array([[key]]), 1)[0])
+    row = _find_row(state, key)
     KW = tab.shape[1] - H.RW_EXTRA
     return int(tab[row, KW + 1]), int(H.blen(tab, row, 0)), int(H.bcap(tab, row, 0))
 
@@ -204,10 +208,6 @@ def test_a_shrinking_block_moves_to_a_free_chunk_and_frees_its_own_whole():
     assert state[2][H.M_TOP] == top
     _check_space(*state)
     assert H.read_key(state[0], state[1], _find_row(state, 1), 0)[:, 0].tolist() == [1, 5]
-
-
-def _find_row(state, key):
-    return int(H.find_rows(state[0], 2, np.array([[key]]), 1)[0])
 
 
 def test_a_shrinking_block_without_a_free_chunk_gives_up_its_upper_part():
