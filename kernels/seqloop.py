@@ -222,6 +222,14 @@ def _cmp(a, i, ca, b, j, cb, w):
 # --------------------------------------------------------------------------- buffers
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _buf(bufs, x):
+    """Buffer ``x``. Its index comes from the program, so the list's bounds check is
+    left out: a checked read of a typed list costs two calls into Numba's C helpers,
+    ~13 ns against ~2.5 ns unchecked (measured here), and a round reads ~45 buffers."""
+    return bufs.getitem_unchecked(x)
+
+
 @njit(cache=True, nogil=True)
 def _grown(buf, keep, need):
     """``buf`` with room for ``need`` rows (a copy of its first ``keep`` rows if it
@@ -247,7 +255,7 @@ def _fit(bufs, x, used, keep, big):
     """Replace buffer ``x`` (``big`` words or more) by one of twice ``used`` rows
     (16 at least), keeping its first ``keep`` rows, when it is more than 8 times too
     large: a buffer grown in a load's largest rounds shrinks with the rounds after."""
-    b = bufs[x]
+    b = _buf(bufs, x)
     if b.shape[0] * b.shape[1] >= big and 8 * used < b.shape[0]:
         out = np.empty((max(np.int64(16), 2 * used), b.shape[1]), np.int64)
         out[:keep] = b[:keep]
@@ -306,12 +314,13 @@ def _emit(pg, bufs, bn, bmin, stats, ln, src, n, t):
     stats[nodes[ln, P_NODE], 2] += n
     for r in range(nodes[ln, P_ROFF], nodes[ln, P_ROFF] + nodes[ln, P_RN]):
         q = routes[r, R_BUF]
-        dst = bufs[q]
+        dst = _buf(bufs, q)
         if bn[q] + n > dst.shape[0]:
             dst = _grown(dst, bn[q], bn[q] + n)
             bufs[q] = dst
-        best = _route_copy(src, n, dst, bn[q], proj, routes[r, R_POFF], routes[r, R_PLEN],
-                           routes[r, R_SIGN], routes[r, R_SHIFT], t, routes[r, R_LEAVE] == 1)
+        best = _route_copy(src, n, dst, bn[q], proj, routes[r, R_POFF],
+                           routes[r, R_PLEN], routes[r, R_SIGN], routes[r, R_SHIFT], t,
+                           routes[r, R_LEAVE] == 1)
         if best < 0:
             raise OverflowError("negate: a diff of -2**63 has no int64 negation")
         bn[q] += n
@@ -365,12 +374,12 @@ def _take(bufs, bn, bmin, q, d, j, scr):
         raise RuntimeError("sequential loop: internal error: a queued update is at an "
                            "iteration already past")
     _fit(bufs, d, n, 0, scr[SC_BIG])
-    out = bufs[d]
+    out = _buf(bufs, d)
     if out.shape[0] < n:
         out = _grown(out, 0, n)
         bufs[d] = out
     res = scr[SC_TAKE:SC_TAKE + 3]
-    _take_at(bufs[q], n, j, out, res)
+    _take_at(_buf(bufs, q), n, j, out, res)
     bn[d] = res[0]
     bn[q] = res[1]
     bmin[q] = res[2]
@@ -507,8 +516,9 @@ def _join_trace(tab, arena, tag, dd, nd, kw, dvw, ovw, delta_left, j, bufs, ob, 
     pos = scr[SC_JPOS:SC_JPOS + 3]
     pos[0] = 0
     while True:
-        od = bufs[ob]
-        r = _pairs_trace(tab, arena, tag, dd, nd, kw, dvw, ovw, delta_left, j, od, o, pos)
+        od = _buf(bufs, ob)
+        r = _pairs_trace(tab, arena, tag, dd, nd, kw, dvw, ovw, delta_left, j, od, o,
+                         pos)
         if r >= 0:
             return r
         if r == OVF_PAIR:
@@ -538,7 +548,7 @@ def _join_deltas(ld, nl, rd, nr, kw, j, bufs, ob, o):
         b1 = b + 1
         while b1 < nr and _same(rd, b1, 2, rd, b, 2, kw):
             b1 += 1
-        od = bufs[ob]
+        od = _buf(bufs, ob)
         need = o + (a1 - a) * (b1 - b)
         if need > od.shape[0]:
             od = _grown(od, o, need)
@@ -581,28 +591,29 @@ def _step_join(pg, bufs, bn, bmin, stats, tab, arena, meta, ln, t, j, scr):
     stats[nodes[ln, P_NODE], 1] += nl + nr
     o = np.int64(0)
     what = "arrange: a count overflows int64 (in a loop)"
+    # (the deltas are not replaced while the join runs: only its output buffer grows)
+    ldb = _buf(bufs, dl)
+    rdb = _buf(bufs, dr)
     if nodes[ln, P_JFUSED] == 1:
         # the join owns both traces: dL x R, L += dL, dR x L (which has dL), R += dR
         if nl:
-            o = _join_trace(tab, arena, tr, bufs[dl], nl, kw, lvw, rvw, True, j, bufs, ob,
-                            o, scr)
-            tab, arena = insert_delta(tab, arena, meta, tl, 0, bufs[dl], nl, kw, lvw, j,
-                                      what)
+            o = _join_trace(tab, arena, tr, ldb, nl, kw, lvw, rvw, True, j, bufs, ob, o,
+                            scr)
+            tab, arena = insert_delta(tab, arena, meta, tl, 0, ldb, nl, kw, lvw, j, what)
         if nr:
-            o = _join_trace(tab, arena, tl, bufs[dr], nr, kw, rvw, lvw, False, j, bufs, ob,
-                            o, scr)
-            tab, arena = insert_delta(tab, arena, meta, tr, 0, bufs[dr], nr, kw, rvw, j,
-                                      what)
+            o = _join_trace(tab, arena, tl, rdb, nr, kw, rvw, lvw, False, j, bufs, ob, o,
+                            scr)
+            tab, arena = insert_delta(tab, arena, meta, tr, 0, rdb, nr, kw, rvw, j, what)
     else:
         if nl:
-            o = _join_trace(tab, arena, tr, bufs[dl], nl, kw, lvw, rvw, True, j, bufs, ob,
-                            o, scr)
+            o = _join_trace(tab, arena, tr, ldb, nl, kw, lvw, rvw, True, j, bufs, ob, o,
+                            scr)
         if nr:
-            o = _join_trace(tab, arena, tl, bufs[dr], nr, kw, rvw, lvw, False, j, bufs, ob,
-                            o, scr)
+            o = _join_trace(tab, arena, tl, rdb, nr, kw, rvw, lvw, False, j, bufs, ob, o,
+                            scr)
             if nl:
-                o = _join_deltas(bufs[dl], nl, bufs[dr], nr, kw, j, bufs, ob, o)
-    _emit(pg, bufs, bn, bmin, stats, ln, bufs[ob], o, t)
+                o = _join_deltas(ldb, nl, rdb, nr, kw, j, bufs, ob, o)
+    _emit(pg, bufs, bn, bmin, stats, ln, _buf(bufs, ob), o, t)
     _fit(bufs, ob, o, 0, scr[SC_BIG])
     return tab, arena
 
@@ -1052,7 +1063,7 @@ def _step_reduce(pg, bufs, bn, bmin, stats, tab, arena, meta, ln, t, j, scr):
     logic = nodes[ln, P_LOGIC]
     stats[nodes[ln, P_NODE], 0] += 1
     tab = ensure_rows(tab, meta, nd + ns)
-    qbuf = bufs[sq]
+    qbuf = _buf(bufs, sq)
     if bn[sq] + nd + ns > qbuf.shape[0]:
         bufs[sq] = _grown(qbuf, bn[sq], bn[sq] + nd + ns)
     ob = nodes[ln, P_D]
@@ -1068,17 +1079,18 @@ def _step_reduce(pg, bufs, bn, bmin, stats, tab, arena, meta, ln, t, j, scr):
     while True:
         code = _reduce_keys(tab, arena, meta, nodes[ln, P_TAG_IN], nodes[ln, P_TAG_OUT],
                             nodes[ln, P_BLK], kw, vw, ow, logic, nodes[ln, P_LPARAM], j,
-                            bufs[dq], nd, bufs[ss], ns, pos, bufs[nodes[ln, P_ACC]],
-                            bufs[nodes[ln, P_DES]], bufs[nodes[ln, P_CUR]], bufs[ob], nc,
-                            bufs[sq], qc)
+                            _buf(bufs, dq), nd, _buf(bufs, ss), ns, pos,
+                            _buf(bufs, nodes[ln, P_ACC]), _buf(bufs, nodes[ln, P_DES]),
+                            _buf(bufs, nodes[ln, P_CUR]), _buf(bufs, ob), nc,
+                            _buf(bufs, sq), qc)
         if code == DONE:
             break
         if code == NEED_SCRATCH:
             for b in (P_ACC, P_DES, P_CUR):
                 x = nodes[ln, b]
-                bufs[x] = _grown(bufs[x], 0, pos[1])
+                bufs[x] = _grown(_buf(bufs, x), 0, pos[1])
         elif code == NEED_OUT:
-            bufs[ob] = _grown(bufs[ob], nc[0], nc[0] + pos[1])
+            bufs[ob] = _grown(_buf(bufs, ob), nc[0], nc[0] + pos[1])
         elif code == NEED_ARENA:
             arena = ensure_entries(tab, arena, meta, pos[1])
         else:
@@ -1086,7 +1098,7 @@ def _step_reduce(pg, bufs, bn, bmin, stats, tab, arena, meta, ln, t, j, scr):
     bn[sq] = qc[0]
     bmin[sq] = qc[1]
     stats[nodes[ln, P_NODE], 3] += qc[2]       # keys evaluated
-    _emit(pg, bufs, bn, bmin, stats, ln, bufs[ob], nc[0], t)
+    _emit(pg, bufs, bn, bmin, stats, ln, _buf(bufs, ob), nc[0], t)
     _fit(bufs, ob, nc[0], 0, scr[SC_BIG])
     return tab, arena
 
@@ -1105,12 +1117,12 @@ def _step_buffered(pg, bufs, bn, bmin, stats, ln, t, j, scr):
         return
     g = nodes[ln, P_NODE]
     stats[g, 0] += 1
-    k = _consolidate(bufs[d], n, nodes[ln, P_W])
+    k = _consolidate(_buf(bufs, d), n, nodes[ln, P_W])
     bn[d] = k
     if nodes[ln, P_KIND] == S_ARRANGE:
         stats[g, 2] += k
     else:
-        _emit(pg, bufs, bn, bmin, stats, ln, bufs[d], k, t)
+        _emit(pg, bufs, bn, bmin, stats, ln, _buf(bufs, d), k, t)
 
 
 @njit(cache=True, nogil=True)
@@ -1196,13 +1208,13 @@ def run_times(lp, bufs, bn, bmin, tab, arena, meta, ups, times, stats, info):
             if b == a:
                 continue
             sb = nodes[ln, P_D]
-            if bufs[sb].shape[0] < b - a:
-                bufs[sb] = _grown(bufs[sb], 0, b - a)
-            _stage(d, f, a, b, bufs[sb])
+            if _buf(bufs, sb).shape[0] < b - a:
+                bufs[sb] = _grown(_buf(bufs, sb), 0, b - a)
+            _stage(d, f, a, b, _buf(bufs, sb))
             g = nodes[ln, P_NODE]
             stats[g, 0] += 1
             stats[g, 1] += b - a
-            _emit(pg, bufs, bn, bmin, stats, ln, bufs[sb], b - a, t)
+            _emit(pg, bufs, bn, bmin, stats, ln, _buf(bufs, sb), b - a, t)
             _drop_empty(bufs, bn, sb, big)
             if b == f.shape[0] and b * (d.shape[1] + 3) >= big:
                 # all taken: a large input (a load) is not held for the rest of the run
@@ -1251,7 +1263,7 @@ def run_times(lp, bufs, bn, bmin, tab, arena, meta, ups, times, stats, info):
                 if bn[d] and nodes[ln, P_FUSED] == 0:
                     kw = nodes[ln, P_KW]
                     tab, arena = insert_delta(
-                        tab, arena, meta, nodes[ln, P_TAG], 0, bufs[d], bn[d], kw,
+                        tab, arena, meta, nodes[ln, P_TAG], 0, _buf(bufs, d), bn[d], kw,
                         nodes[ln, P_W] - kw, j,
                         "arrange: a count overflows int64 (in a loop)")
                 bn[d] = 0
