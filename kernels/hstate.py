@@ -700,15 +700,24 @@ def _ins_apply(tab, arena, meta, tag, blk, dd, n, kw, vw, it):
     inconsistent: the caller raises)."""
     pf = _pf_on(tab)
     r = np.int64(0)
+    nxt = np.int64(-1)      # the next key's row, found while prefetching (-1: none)
     while r < n:
         e = r + 1
         while e < n and _same_key(dd, r, 2, dd, e, 2, kw):
             e += 1
+        # (a row found for the next key stays valid: rows never move here, and a new
+        # row only takes an empty slot)
+        row = nxt
+        nxt = -1
         if pf and e < n:
             if e + PF_AHEAD < n:
                 _pf_slot(tab, dd, e + PF_AHEAD, kw)
-            _pf_block(tab, arena, _find(tab, tag, dd, e, 2, kw), blk)
-        row = _find(tab, tag, dd, r, 2, kw)
+            nxt = _find(tab, tag, dd, e, 2, kw)
+            _pf_block(tab, arena, nxt, blk)
+            if nxt < 0:
+                nxt = -1
+        if row < 0:
+            row = _find(tab, tag, dd, r, 2, kw)
         if row < 0:
             row = _new_row(tab, meta, -1 - row, tag, dd, r, 2, kw)
         if _block_add(tab, arena, meta, row, blk, dd, r, e, 2 + kw, vw, 1, it) != 0:

@@ -705,12 +705,15 @@ def _flat_corrections(arena, off_in, ln_in, j, dsum, logic, lparam, cd, o, src, 
 
 @njit(cache=True, nogil=True, inline="always")
 def _pf_blocks(tab, arena, tag_in, tag_out, blk, src, si, kw):
-    """Prefetch the input and output blocks of ``src[si]``'s key (see hstate.PF_AHEAD)."""
+    """Prefetch the input and output blocks of ``src[si]``'s key (see hstate.PF_AHEAD);
+    returns the input row (-1: none)."""
     r = _find(tab, tag_in, src, si, 2, kw)
     _pf_block(tab, arena, r, 0)
+    ri = r if r >= 0 else np.int64(-1)
     if tag_out != tag_in:
         r = _find(tab, tag_out, src, si, 2, kw)
     _pf_block(tab, arena, r, blk)
+    return ri
 
 
 @leaf
@@ -742,8 +745,16 @@ def _reduce_keys(tab, arena, meta, tag_in, tag_out, blk, kw, vw, ow, logic, lpar
     pf_out = tag_in if flat else tag_out     # (a flat reduce reads no output block)
     pf_blk = 0 if flat else blk
     pf = _pf_on(tab)
+    # input rows found while prefetching, for the next key (at row n1_at of the delta
+    # or schedule) and the one after (n2_at); -1: none. A found row stays valid: rows
+    # never move here, and a new row only takes an empty slot.
+    n1_at = np.int64(-1)
+    n1_row = np.int64(-1)
+    n2_at = np.int64(-1)
+    n2_row = np.int64(-1)
     while pos[0] < total:
         p0 = pos[0]
+        known = n1_row if n1_at == p0 else np.int64(-1)
         if p0 < nd:
             src = dd
             si = p0
@@ -772,20 +783,27 @@ def _reduce_keys(tab, arena, meta, tag_in, tag_out, blk, kw, vw, ow, logic, lpar
                     g += 1
             elif g < total:
                 g += 1
-            if p0 == 0:
-                # the first key: its successor's blocks too
+            n1_at = n2_at
+            n1_row = n2_row
+            if p0 == 0 or n1_at != e:
+                # the first key (or a resumed walk): its successor's blocks too
+                n1_at = e
+                n1_row = np.int64(-1)
                 if e < nd:
-                    _pf_blocks(tab, arena, tag_in, pf_out, pf_blk, dd, e, kw)
+                    n1_row = _pf_blocks(tab, arena, tag_in, pf_out, pf_blk, dd, e, kw)
                 elif e < total:
-                    _pf_blocks(tab, arena, tag_in, pf_out, pf_blk, sk, e - nd, kw)
+                    n1_row = _pf_blocks(tab, arena, tag_in, pf_out, pf_blk, sk, e - nd,
+                                        kw)
+            n2_at = g
+            n2_row = np.int64(-1)
             if g < nd:
-                _pf_blocks(tab, arena, tag_in, pf_out, pf_blk, dd, g, kw)
+                n2_row = _pf_blocks(tab, arena, tag_in, pf_out, pf_blk, dd, g, kw)
             elif g < total:
-                _pf_blocks(tab, arena, tag_in, pf_out, pf_blk, sk, g - nd, kw)
+                n2_row = _pf_blocks(tab, arena, tag_in, pf_out, pf_blk, sk, g - nd, kw)
         if flat:
             # a value-less distinct / top_k: corrections from the input history alone
             # (see _flat_corrections); its keys are never scheduled
-            row_in = _find(tab, tag_in, src, si, 2, kw)
+            row_in = known if known >= 0 else _find(tab, tag_in, src, si, 2, kw)
             if m == 0:
                 pos[0] = e
                 continue
@@ -823,7 +841,7 @@ def _reduce_keys(tab, arena, meta, tag_in, tag_out, blk, kw, vw, ow, logic, lpar
             pos[0] = e
             continue
         if fused:
-            row_in = _find(tab, tag_in, src, si, 2, kw)
+            row_in = known if known >= 0 else _find(tab, tag_in, src, si, 2, kw)
             if row_in < 0:
                 if m == 0:
                     pos[0] = e          # scheduled, but its history is gone
@@ -834,7 +852,7 @@ def _reduce_keys(tab, arena, meta, tag_in, tag_out, blk, kw, vw, ow, logic, lpar
             row_out = _find(tab, tag_out, src, si, 2, kw)
             if row_out < 0:
                 row_out = _new_row(tab, meta, -1 - row_out, tag_out, src, si, 2, kw)
-            row_in = _find(tab, tag_in, src, si, 2, kw)
+            row_in = known if known >= 0 else _find(tab, tag_in, src, si, 2, kw)
         if tab[row_out, KW + 5] == epoch:
             pos[0] = e
             continue

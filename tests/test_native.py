@@ -869,6 +869,52 @@ def test_sequential_loop_after_a_large_load():
     _slide(rng, df, inputs, check, src, dst, [1] * 5, n)
 
 
+def test_sequential_valued_loop_after_a_large_load():
+    """Connected components (a ``min`` in the loop: the reduce's valued path) with
+    sequential loops, loaded with a sparse graph whose hashed state is large enough
+    for the kernels to prefetch (and reuse the rows they find while prefetching),
+    then batches of edge changes: every run's last time against networkx."""
+    from ddnumba.algorithms import connected_components
+    from ddnumba.kernels.hstate import PF_MIN_SLOTS
+    rng = np.random.default_rng(13)
+    n = 50_000
+    src, dst = rng.integers(0, n, n), rng.integers(0, n, n)
+    df = dd.Dataflow(engine="native", loops="sequential", workers=1)
+    ei, e = df.new_input(["src", "dst"])
+    cap = connected_components(e).capture()
+    ei.insert(src, dst, time=0)
+    ei.advance_to(1)
+    df.run()
+    assert df._native.sequential == [True]
+    assert df._native.st[11][0][0].shape[0] >= PF_MIN_SLOTS
+
+    def check(t, live):
+        g = nx.Graph()
+        g.add_edges_from(live)
+        want = {}
+        for comp in nx.connected_components(g):
+            low = min(comp)
+            want.update((v, low) for v in comp)
+        got = cap.at(t)
+        got = dict(zip(got.column("node").to_numpy().tolist(),
+                       got.column("label").to_numpy().tolist()))
+        assert got == want, f"t={t}"
+
+    live = list(zip(src.tolist(), dst.tolist()))
+    check(0, live)
+    t = 1
+    for batch in (1, 9, 120):
+        for _ in range(batch):
+            old = live.pop(0)
+            new = tuple(int(x) for x in rng.integers(0, n, 2))
+            live.append(new)
+            ei.update([old[0], new[0]], [old[1], new[1]], time=t, diff=[-1, 1])
+            t += 1
+        ei.advance_to(t)
+        df.run()
+        check(t - 1, live)
+
+
 @pytest.mark.parametrize("big", [None, 1])
 def test_sequential_loop_gives_back_idle_buffers(monkeypatch, big):
     """Buffers of nodes idle for a round, an enter's staged input and its taken
