@@ -834,8 +834,9 @@ def _seq_reach(rng, n, m, n_roots):
 
 def _slide(rng, df, inputs, check, src, dst, batches, n):
     """Slide the window of edges ``src, dst`` by ``batches[k]`` changes (each at its own
-    time) per run, checking every run's last time against BFS."""
-    ri, ei = inputs
+    time) per run, checking every run's last time (``check(t, src, dst)``). The edges
+    are the last of ``inputs``; all of them are advanced."""
+    ei = inputs[-1]
     live = list(zip(src.tolist(), dst.tolist()))
     t = 1
     for batch in batches:
@@ -845,8 +846,8 @@ def _slide(rng, df, inputs, check, src, dst, batches, n):
             live.append(new)
             ei.update([old[0], new[0]], [old[1], new[1]], time=t, diff=[-1, 1])
             t += 1
-        ei.advance_to(t)
-        ri.advance_to(t)
+        for x in inputs:
+            x.advance_to(t)
         df.run()
         w = np.array(live, np.int64)
         check(t - 1, w[:, 0].copy(), w[:, 1].copy())
@@ -888,9 +889,9 @@ def test_sequential_valued_loop_after_a_large_load():
     assert df._native.sequential == [True]
     assert df._native.st[11][0][0].shape[0] >= PF_MIN_SLOTS
 
-    def check(t, live):
+    def check(t, s, d):
         g = nx.Graph()
-        g.add_edges_from(live)
+        g.add_edges_from(zip(s.tolist(), d.tolist()))
         want = {}
         for comp in nx.connected_components(g):
             low = min(comp)
@@ -900,19 +901,8 @@ def test_sequential_valued_loop_after_a_large_load():
                        got.column("label").to_numpy().tolist()))
         assert got == want, f"t={t}"
 
-    live = list(zip(src.tolist(), dst.tolist()))
-    check(0, live)
-    t = 1
-    for batch in (1, 9, 120):
-        for _ in range(batch):
-            old = live.pop(0)
-            new = tuple(int(x) for x in rng.integers(0, n, 2))
-            live.append(new)
-            ei.update([old[0], new[0]], [old[1], new[1]], time=t, diff=[-1, 1])
-            t += 1
-        ei.advance_to(t)
-        df.run()
-        check(t - 1, live)
+    check(0, src, dst)
+    _slide(rng, df, (ei,), check, src, dst, [1, 9, 120], n)
 
 
 @pytest.mark.parametrize("big", [None, 1])
