@@ -785,8 +785,9 @@ def _reduce_keys(tab, arena, meta, tag_in, tag_out, blk, kw, vw, ow, logic, lpar
                 g += 1
             n1_at = n2_at
             n1_row = n2_row
-            if p0 == 0 or n1_at != e:
-                # the first key (or a resumed walk): its successor's blocks too
+            if n1_at != e:
+                # the first key of the walk (or of a resumed one): its successor's
+                # blocks too
                 n1_at = e
                 n1_row = np.int64(-1)
                 if e < nd:
