@@ -283,9 +283,10 @@ def _drop_idle(nodes, bufs, bn, ln, big):
 
 
 @leaf
-def _route_copy(src, n, dst, o, proj, poff, plen, sign, shift, t, leave):
-    """Rows ``src[:n]`` through a route into ``dst`` from row ``o``; returns the least
-    iteration written (INF for none), or -1 when a negation overflows."""
+def _route_copy(src, n, dst, o, proj, poff, plen, sign, shift):
+    """Rows ``src[:n]`` through a route into ``dst`` from row ``o`` (a sink in the
+    loop; leaves: ``_leave_copy``); returns the least iteration written (INF for
+    none), or -1 when a negation overflows."""
     best = INF
     for r in range(n):
         it = src[r, 0] + shift
@@ -300,9 +301,47 @@ def _route_copy(src, n, dst, o, proj, poff, plen, sign, shift, t, leave):
         dst[o + r, 1] = f
         for c in range(plen):
             dst[o + r, 2 + c] = src[r, 2 + proj[poff + c]]
-        if leave:
-            dst[o + r, 2 + plen] = t
     return best
+
+
+@leaf
+def _leave_copy(src, n, dst, o, proj, poff, plen, sign, t):
+    """Rows ``src[:n]`` through a route into a leave's buffer ``dst`` from row ``o``
+    (``(0, diff, data, t)``), each row added to the row written just before it when
+    their data and time are equal (a row that sums to zero is dropped). A leave drops
+    the iteration, and a reduce emits a key's corrections at several iterations one
+    after another, so a key whose output only moved between iterations (a node found
+    at another depth) leaves nothing. The row before ``o`` may be added to as well.
+    Returns the buffer's new row count, or -1 when a negation overflows. (A sum that
+    would overflow is not taken: both rows are kept, for the root scope to report.)"""
+    k = o
+    for r in range(n):
+        f = src[r, 1]
+        if sign < 0:
+            if f == I64_MIN:
+                return -1
+            f = -f
+        if k > 0 and dst[k - 1, 2 + plen] == t:
+            same = True
+            for c in range(plen):
+                if dst[k - 1, 2 + c] != src[r, 2 + proj[poff + c]]:
+                    same = False
+                    break
+            if same:
+                s, ov = add_checked(dst[k - 1, 1], f)
+                if not ov:
+                    if s == 0:
+                        k -= 1
+                    else:
+                        dst[k - 1, 1] = s
+                    continue
+        dst[k, 0] = 0
+        dst[k, 1] = f
+        for c in range(plen):
+            dst[k, 2 + c] = src[r, 2 + proj[poff + c]]
+        dst[k, 2 + plen] = t
+        k += 1
+    return k
 
 
 @njit(cache=True, nogil=True)
@@ -318,14 +357,20 @@ def _emit(pg, bufs, bn, bmin, stats, ln, src, n, t):
         if bn[q] + n > dst.shape[0]:
             dst = _grown(dst, bn[q], bn[q] + n)
             bufs[q] = dst
-        best = _route_copy(src, n, dst, bn[q], proj, routes[r, R_POFF],
-                           routes[r, R_PLEN], routes[r, R_SIGN], routes[r, R_SHIFT], t,
-                           routes[r, R_LEAVE] == 1)
-        if best < 0:
-            raise OverflowError("negate: a diff of -2**63 has no int64 negation")
-        bn[q] += n
-        if best < bmin[q]:
-            bmin[q] = best
+        if routes[r, R_LEAVE] == 1:
+            k = _leave_copy(src, n, dst, bn[q], proj, routes[r, R_POFF],
+                            routes[r, R_PLEN], routes[r, R_SIGN], t)
+            if k < 0:
+                raise OverflowError("negate: a diff of -2**63 has no int64 negation")
+            bn[q] = k
+        else:
+            best = _route_copy(src, n, dst, bn[q], proj, routes[r, R_POFF],
+                               routes[r, R_PLEN], routes[r, R_SIGN], routes[r, R_SHIFT])
+            if best < 0:
+                raise OverflowError("negate: a diff of -2**63 has no int64 negation")
+            bn[q] += n
+            if best < bmin[q]:
+                bmin[q] = best
         for c in range(routes[r, R_COFF], routes[r, R_COFF] + routes[r, R_CLEN]):
             g = chain[c]
             stats[g, 0] += 1
@@ -1288,6 +1333,6 @@ def run_times(lp, bufs, bn, bmin, tab, arena, meta, ups, times, stats, info):
                 bn[d] = 0
             info[2] += 1
             j = _next_round(qs, bn, bmin, j + 1)
-    # (the leaves' rows are consolidated outside, iterations dropped, in one sort for
-    # the whole run: see kernels.runtime, K_LEAVE)
+    # (the leaves' rows, summed where one follows its like (_leave_copy), are
+    # consolidated outside in one sort for the whole run: see kernels.runtime, K_LEAVE)
     return OK, tab, arena

@@ -331,6 +331,80 @@ def test_sequential_leave_rows_in_parts_release_the_buffer():
             assert (b[n:] == buf[n:]).all()
 
 
+def _leave_copy_model(prev, src, proj, sign, t):
+    """What ``seqloop._leave_copy`` writes, row by row in Python: a row adds to the
+    row before it when their data and time are equal and the sum fits in int64."""
+    out = [list(r) for r in prev]
+    for r in src:
+        f = int(r[1]) * sign
+        if not -2 ** 63 <= f < 2 ** 63:
+            return None
+        data = [int(r[2 + c]) for c in proj]
+        if out and out[-1][-1] == t and out[-1][2:-1] == data:
+            s = out[-1][1] + f
+            if -2 ** 63 <= s < 2 ** 63:
+                if s == 0:
+                    out.pop()
+                else:
+                    out[-1][1] = s
+                continue
+        out.append([0, f] + data + [t])
+    return out
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_sequential_leave_copy_sums_adjacent_rows(seed):
+    """A sequential loop's leave sums each row into the one before it when their data
+    and outer time are equal (the leave drops iterations), drops rows that sum to zero
+    (also the last row of an earlier call), keeps rows whose sum would overflow, and
+    reports a negation that overflows."""
+    from ddnumba.kernels.seqloop import _leave_copy
+    rng = np.random.default_rng(seed)
+    w = int(rng.integers(1, 4))                     # the source's data width
+    plen = int(rng.integers(1, w + 1))
+    proj = rng.choice(w, plen, replace=seed % 3 == 0).astype(np.int64)
+    allp = np.concatenate([rng.integers(0, w, 3), proj]).astype(np.int64)
+    poff = 3
+    sign = 1 if seed % 2 else -1
+    t = int(rng.integers(0, 3))
+    n = int(rng.integers(0, 30))
+    src = np.zeros((n, 2 + w), np.int64)
+    src[:, 0] = rng.integers(0, 5, n)               # iterations (dropped)
+    big = seed % 4 == 1
+    src[:, 1] = (rng.choice([-2 ** 62, 2 ** 62, -1], n) if big
+                 else rng.choice([-2, -1, 1, 2], n))
+    src[:, 2:] = rng.integers(0, 2, (n, w))         # few distinct values: many merges
+    if seed % 5 == 2 and n:
+        src[-1, 1] = -2 ** 63
+    k0 = int(rng.integers(0, 3))
+    prev = np.zeros((k0, plen + 3), np.int64)
+    prev[:, 1] = rng.choice([-1, 1], k0)
+    prev[:, 2:2 + plen] = rng.integers(0, 2, (k0, plen))
+    prev[:, -1] = rng.integers(0, 3, k0)            # earlier times, or this one
+    dst = np.full((k0 + n + 2, plen + 3), 77, np.int64)
+    dst[:k0] = prev
+    k = _leave_copy(src, n, dst, k0, allp, poff, plen, sign, t)
+    want = _leave_copy_model(prev.tolist(), src.tolist(), proj.tolist(), sign, t)
+    if want is None:
+        assert k == -1
+        return
+    assert k == len(want)
+    assert dst[:k].tolist() == want
+    # per (data, time), the buffer sums to what went in (a merge never loses a diff)
+    def sums(rows):
+        acc = {}
+        for r in rows:
+            key = (tuple(r[2:-1]), r[-1])
+            acc[key] = acc.get(key, 0) + r[1]
+        return {key: v for key, v in acc.items() if v}
+    src_rows = [[0, int(r[1]) * sign] + [int(r[2 + c]) for c in proj] + [t]
+                for r in src.tolist()]
+    assert sums(dst[:k].tolist()) == sums(prev.tolist() + src_rows)
+    pd = src[:, 2:][:, proj]
+    if not big and (pd[1:] == pd[:-1]).all(axis=1).any():
+        assert k < k0 + n   # two rows alike follow each other: at least one merge
+
+
 def test_rehash_in_parts_keeps_every_row():
     """A table rehashed part by part (releasing each part) finds every key."""
     tab, arena, meta = H.new_state(1, 0)

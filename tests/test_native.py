@@ -937,12 +937,50 @@ def _node_rows(df, cls):
             if isinstance(nd, cls)]
 
 
+def test_sequential_leave_sums_a_keys_rows():
+    """A node reached at another depth leaves the reach loop's distinct as a -1 and a
+    +1 at two iterations, one after the other; the leave drops iterations and sums
+    such rows as they come (seqloop._leave_copy), so it receives fewer rows than the
+    distinct emits. Forty changes at forty times in one run, every time against BFS."""
+    from ddnumba.operators.iterate import LeaveNode
+    from ddnumba.operators.reduce import ReduceNode
+    rng = np.random.default_rng(21)
+    n = 300
+    df, (ri, ei), check, src, dst = _seq_reach(rng, n, 3 * n, 3)
+    assert check(0, src, dst) > 600
+
+    def emitted():
+        stats = df._native.st[10]
+        (e,) = [int(stats[i, 2]) for i, nd in enumerate(df._native.nodes)
+                if isinstance(nd, ReduceNode)]
+        return e
+
+    (left0,), out0 = _node_rows(df, LeaveNode), emitted()
+    live = list(zip(src.tolist(), dst.tolist()))
+    windows = []
+    for t in range(1, 41):
+        old = live.pop(0)
+        new = tuple(int(x) for x in rng.integers(0, n, 2))
+        live.append(new)
+        ei.update([old[0], new[0]], [old[1], new[1]], time=t, diff=[-1, 1])
+        windows.append(np.array(live, np.int64))
+    ri.advance_to(41)
+    ei.advance_to(41)
+    df.run()
+    for t, w in enumerate(windows, 1):
+        check(t, w[:, 0].copy(), w[:, 1].copy())
+    (left,), out = _node_rows(df, LeaveNode), emitted()
+    assert out - out0 > 100, "the changes moved too little to show anything"
+    assert left - left0 < (out - out0) // 2
+
+
 def test_sequential_leave_rows_consolidated_at_the_root():
     """Least-label propagation improves labels over iterations, so within the load's
     one outer time the loop sends a node's early labels out and retracts them later.
-    The leave's rows carry iterations; the root drops them and consolidates the run's
-    rows (there is no second consolidation in the loop), so the capture receives
-    exactly the final labels, which match networkx. The leave counts each row once."""
+    The leave drops the iterations (summing a row into the one before it when they are
+    alike, which labels replacing each other are not) and the root consolidates the
+    run's rows, so the capture receives exactly the final labels, which match
+    networkx. The leave counts each row it keeps once."""
     from ddnumba.algorithms import _propagate_min
     from ddnumba.operators.iterate import LeaveNode
     from ddnumba.operators.output import CaptureNode
@@ -970,12 +1008,13 @@ def test_sequential_leave_rows_consolidated_at_the_root():
     (left,) = _node_rows(df, LeaveNode)
     assert left > 2 * len(want), "no label was improved: the test shows nothing"
     assert _node_rows(df, CaptureNode) == [len(want)]
-    # every row the min emitted went out once (to the leave; the feedback also gets it)
+    # at most every row the min emitted went out once (to the leave; the feedback
+    # also gets it)
     from ddnumba.operators.reduce import ReduceNode
     stats = df._native.st[10]
     (emitted,) = [int(stats[i, 2]) for i, nd in enumerate(df._native.nodes)
                   if isinstance(nd, ReduceNode)]
-    assert left == emitted
+    assert left <= emitted
 
 
 def test_unknown_loop_mode(monkeypatch):
