@@ -127,10 +127,28 @@ def _seq_program(li, lp, ids, kind, prm):
         widths.append(w)
         return len(widths) - 1
 
+    linear = (L.MapNode, L.ConcatNode, L.NegateNode)
+
+    def sinks(node):
+        """The nodes ``node`` reaches through linear operators."""
+        out = []
+        for c, _ in node.consumers:
+            out.extend(sinks(c) if isinstance(c, linear) else [c])
+        return out
+
+    # A feedback only adds 1 to the iteration: one whose rows reach no feedback through
+    # linear operators is folded into the routes through it (the sinks after it
+    # consolidate its rows), so the variable's rows are queued and sorted once a round
+    # instead of twice. The others (a chain of feedbacks, e.g. a variable set to a map
+    # of itself) stay nodes with their own queue.
+    folded = {id(node) for node in lp.child.nodes if isinstance(node, FeedbackNode)
+              and not any(isinstance(c, FeedbackNode) for c in sinks(node))}
+
     local = []                      # loop nodes with a local id, in schedule order
     for node in lp.child.nodes:
         if isinstance(node, (EnterNode, ArrangeNode, JoinNode, ReduceNode,
-                             L.ConsolidateNode, FeedbackNode)):
+                             L.ConsolidateNode)) or \
+                (isinstance(node, FeedbackNode) and id(node) not in folded):
             local.append(node)
     leaves = []
     for node in lp.child.nodes:
@@ -213,23 +231,25 @@ def _seq_program(li, lp, ids, kind, prm):
     # Routes: from every emitting node through the linear operators to the sinks.
     routes, proj, chain = [], [], []
 
-    def walk(src_i, node, cols, sign, path):
+    def walk(src_i, node, cols, sign, shift, path):
         for c, _ in node.consumers:
             if isinstance(c, L.MapNode):
                 p = c.projection()
                 if p is None:
                     raise Unsupported(f"{c!r} in a sequential loop")
-                walk(src_i, c, [cols[k] for k in p], sign, path + [c])
+                walk(src_i, c, [cols[k] for k in p], sign, shift, path + [c])
             elif isinstance(c, L.ConcatNode):
-                walk(src_i, c, cols, sign, path + [c])
+                walk(src_i, c, cols, sign, shift, path + [c])
             elif isinstance(c, L.NegateNode):
-                walk(src_i, c, cols, -sign, path + [c])
+                walk(src_i, c, cols, -sign, shift, path + [c])
+            elif isinstance(c, FeedbackNode) and id(c) in folded:
+                walk(src_i, c, cols, sign, shift + 1, path + [c])
             elif isinstance(c, (ArrangeNode, L.ConsolidateNode, FeedbackNode, LeaveNode)):
                 sink = lid[id(c)]
                 leave = isinstance(c, LeaveNode)
-                routes.append([sink, sign, 1 if isinstance(c, FeedbackNode) else 0,
-                               len(proj), len(cols), len(chain), len(path),
-                               NP[sink, S.P_Q], 1 if leave else 0])
+                into = 1 if isinstance(c, FeedbackNode) else 0
+                routes.append([sink, sign, shift + into, len(proj), len(cols),
+                               len(chain), len(path), NP[sink, S.P_Q], 1 if leave else 0])
                 proj.extend(cols)
                 chain.extend(ids[id(x)] for x in path)
             else:
@@ -238,7 +258,7 @@ def _seq_program(li, lp, ids, kind, prm):
     for i, node in enumerate(local):
         if NP[i, S.P_KIND] in (S.S_ENTER, S.S_JOIN, S.S_REDUCE, S.S_CONSOL, S.S_FEEDBACK):
             first = len(routes)
-            walk(i, node, list(range(node.arity)), 1, [])
+            walk(i, node, list(range(node.arity)), 1, 0, [])
             NP[i, S.P_ROFF] = first
             NP[i, S.P_RN] = len(routes) - first
     maxit = -1 if lp.child.max_iterations is None else int(lp.child.max_iterations)

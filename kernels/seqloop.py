@@ -16,8 +16,10 @@ schedule order -- enters, arrangements, joins, reduces, consolidates and feedbac
 plus the leaves that take its results out -- and *routes*: the linear operators
 between them (projections, concatenations, negations) fold into a route from an
 emitting node to a *sink* (an arrangement, consolidate, feedback or leave), a column
-map with a sign and an iteration shift (+1 into a feedback). Emitting writes each
-route's rows into its sink's queue; nothing else happens between stateful operators.
+map with a sign and an iteration shift. A feedback is folded into the routes through
+it (+1 to their shift) unless its rows reach another feedback; such a feedback stays
+a sink (+1 into it). Emitting writes each route's rows into its sink's queue; nothing
+else happens between stateful operators.
 
 Buffers. Every queue and scratch area is a 2-D int64 buffer of rows ``(iteration,
 diff, data...)`` (a leave's rows also carry the outer time last), with a row count

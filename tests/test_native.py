@@ -690,6 +690,23 @@ def left_intermediate(roots, edges):
     return out, keep["step"].leave(), keep["step"].leave().count()
 
 
+def lagged_reach(roots, edges):
+    """Reachability whose hops take two iterations: a second variable holds the first
+    one iteration late, and the hops start from it. The first variable's rows feed
+    only the second's feedback, so in a sequential loop its feedback stays a node of
+    its own, while the second's is folded into the routes through it."""
+    df = roots.dataflow
+
+    def build(loop):
+        r = loop.variable(roots)
+        lag = loop.variable(roots.filter(lambda n: np.zeros(len(n), dtype=bool)))
+        lag.set(r.collection)
+        r.set(lag.collection.join(edges).map(lambda s, d: d, names=["node"])
+              .concat(roots).distinct())
+        return r.collection, lag.collection
+    return df.iterative(build, max_iterations=GUARD, name="lagged")
+
+
 PROGRAMS_GRAPH = {
     "reach": lambda seen, roots, edges: reach(roots, edges),
     "reach_union": lambda seen, roots, edges: reach_union(roots, edges),
@@ -707,11 +724,13 @@ PROGRAMS_GRAPH = {
     "outer_delay_in_loop": lambda seen, roots, edges: outer_delayed_hops(roots, edges),
     "leave_intermediate": lambda seen, roots, edges: left_intermediate(roots, edges),
     "capped_walks": lambda seen, roots, edges: capped_walks(roots, edges),
+    "lagged_reach": lambda seen, roots, edges: lagged_reach(roots, edges),
 }
 
 
 #: programs that leave a loop variable itself (see Twin, strict=False)
-LEAVE_VARIABLE = {"iterative_counts", "iterative_parity", "leave_intermediate"}
+LEAVE_VARIABLE = {"iterative_counts", "iterative_parity", "leave_intermediate",
+                  "lagged_reach"}
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS_GRAPH))
@@ -755,7 +774,7 @@ def test_twin_loops_in_passes_of_two_times(name, data, streams):
 #: loops of PROGRAMS_GRAPH that run sequentially (kernels.seqloop) in loop mode
 #: "sequential": native operators and built-in reduce logic only
 SEQUENTIAL = {"capped_walks", "components_min", "iterative_counts", "iterative_parity",
-              "reach", "transitive_closure", "two_loops"}
+              "lagged_reach", "reach", "transitive_closure", "two_loops"}
 
 
 def _loop_modes(name, mode, monkeypatch):
@@ -935,6 +954,51 @@ def _node_rows(df, cls):
     stats = df._native.st[10]
     return [int(stats[i, 1]) for i, nd in enumerate(df._native.nodes)
             if isinstance(nd, cls)]
+
+
+@pytest.mark.parametrize("name, kept", [("reach", 0), ("iterative_parity", 0),
+                                         ("lagged_reach", 1)])
+def test_sequential_feedbacks_folded_into_routes(name, kept):
+    """A sequential loop folds a feedback into the routes through it (the iteration
+    shift grows by one) unless its rows reach another feedback; the loop then has a
+    node of its own only for the feedbacks kept. Each program's answer is checked
+    against BFS (a lagged hop takes two iterations; parity: walks of even length)."""
+    from ddnumba.kernels import seqloop as S
+    rng = np.random.default_rng(4)
+    n, m = 60, 120
+    src, dst = rng.integers(0, n, m), rng.integers(0, n, m)
+    roots = np.array([0, 1])
+    df = dd.Dataflow(engine="native", loops="sequential", workers=1)
+    ri, r = df.new_input(["node"])
+    ei, e = df.new_input(["src", "dst"])
+    outs = PROGRAMS_GRAPH[name]([], r, e)
+    caps = [o.capture() for o in (outs if isinstance(outs, tuple) else (outs,))]
+    ri.insert(roots, time=0)
+    ei.insert(src, dst, time=0)
+    ri.advance_to(1)
+    ei.advance_to(1)
+    df.run()
+    assert df._native.sequential == [True]
+    nodes = S._nodes(df._native.st[12][0][0])
+    assert int((nodes[:, S.P_KIND] == S.S_FEEDBACK).sum()) == kept
+    shifts = S._routes(df._native.st[12][0][0])[:, S.R_SHIFT]
+    assert shifts.max() == 1, "no route carries the folded feedback's shift"
+    g = nx.DiGraph()
+    g.add_nodes_from(range(n))
+    g.add_edges_from(zip(src.tolist(), dst.tolist()))
+    reached = set(roots.tolist())
+    for x in roots.tolist():
+        reached |= nx.descendants(g, x)
+    if name == "iterative_parity":
+        h = nx.DiGraph()        # pairs of steps: even walks
+        h.add_edges_from((a, c) for a, b in g.edges for c in g.successors(b))
+        want = set(roots.tolist())
+        for x in roots.tolist():
+            want |= nx.descendants(h, x)
+    else:
+        want = reached
+    got = {int(v) for v in caps[0].at(0).column(0).to_pylist()}
+    assert got == want
 
 
 def test_sequential_leave_sums_a_keys_rows():
