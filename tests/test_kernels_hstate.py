@@ -405,6 +405,37 @@ def test_sequential_leave_copy_sums_adjacent_rows(seed):
         assert k < k0 + n   # two rows alike follow each other: at least one merge
 
 
+@pytest.mark.parametrize("seed", range(30))
+def test_sequential_small_consolidation(seed):
+    """A sequential loop's small deltas (``seqloop._isort_sum``: rows ``(iteration,
+    diff, data)`` at one iteration) come out sorted by data, equal rows summed and
+    zeros dropped, whether the buffer has rows past them or not; a sum leaving int64
+    is reported."""
+    from ddnumba.kernels.seqloop import _isort_sum
+    rng = np.random.default_rng(seed)
+    w = int(rng.integers(1, 4))
+    n = int(rng.integers(0, 49))
+    rows = np.zeros((n, w + 2), np.int64)
+    rows[:, 0] = 7
+    rows[:, 1] = rng.choice([-2, -1, 1, 2], n)
+    rows[:, 2:] = rng.integers(-2, 3, (n, w))
+    acc = {}
+    for r in rows.tolist():
+        acc[tuple(r[2:])] = acc.get(tuple(r[2:]), 0) + r[1]
+    want = [[7, f] + list(k) for k, f in sorted(acc.items()) if f]
+    for spare in (True, False):
+        b = np.full((n + (3 if spare else 0), w + 2), -99, np.int64)
+        b[:n] = rows
+        k = _isort_sum(b, n, w)
+        assert k == len(want)
+        assert b[:k].tolist() == want
+    # a sum leaving int64 is reported
+    if n >= 2:
+        b = np.zeros((n + 1, w + 2), np.int64)
+        b[:, 1] = 2 ** 62
+        assert _isort_sum(b, n, w) == -1
+
+
 def test_rehash_in_parts_keeps_every_row():
     """A table rehashed part by part (releasing each part) finds every key."""
     tab, arena, meta = H.new_state(1, 0)
