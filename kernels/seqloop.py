@@ -50,8 +50,9 @@ A round ``j`` of outer time ``t`` steps the local nodes in order:
   keeps no output at all: its output at every iteration is that function of its input
   there, so the corrections for a delta at ``j`` -- at ``j`` and at each later
   iteration of the input history -- come from one walk over the input history;
-* a *consolidate* or *feedback* takes its rows at ``j``, consolidates them and
-  emits them.
+* a *consolidate*, or a *feedback* kept as a node (one whose rows reach another
+  feedback; the others are folded into routes), takes its rows at ``j``,
+  consolidates them and emits them.
 
 The time is done when no queue holds anything; the next round is the least iteration
 queued. A loop that keeps changing hits its ``max_iterations`` (the executor reports
