@@ -281,6 +281,10 @@ class InputHandle:
         """Promise that no more updates will arrive at times not ``>= time``."""
         if self.closed:
             raise RuntimeError(f"{self._label}: advance_to on a closed input")
+        if (self.dims == 1 and type(time) is int
+                and int(self.frontier[0, 0]) <= time <= _I64_MAX):
+            self.frontier = np.array([[time]], _I64)   # (the common case)
+            return
         t = self._one_time(time)
         new = t.reshape(1, self.dims)
         if self.dims == 1:
@@ -338,6 +342,9 @@ class InputHandle:
                                  f"{self.names}, got {len(columns)}")
             cols = []
             for name, c in zip(self.names, columns):
+                if type(c) is np.ndarray and c.ndim == 1 and c.dtype == _I64:
+                    cols.append(c)      # (the common case; copied into data below)
+                    continue
                 if isinstance(c, numbers.Integral):
                     c = [c]
                 a = _as_int_column(c, f"{self._label} column {name!r}")
@@ -366,6 +373,9 @@ class InputHandle:
         return t
 
     def _times(self, time, n):
+        if (self.dims == 1 and type(time) is np.ndarray and time.ndim == 1
+                and time.dtype == _I64 and time.shape[0] == n):
+            return time.reshape(n, 1).copy()    # (the common case: one time per row)
         t = np.asarray(time)
         if t.dtype.kind not in "iub":
             raise TypeError(f"{self._label}: times must be integers, got dtype {t.dtype}")
@@ -383,6 +393,8 @@ class InputHandle:
         return np.ascontiguousarray(t)
 
     def _diffs(self, diff, n):
+        if type(diff) is np.ndarray and diff.dtype == _I64 and diff.shape == (n,):
+            return diff.copy()                  # (the common case)
         d = np.asarray(diff)
         if d.dtype.kind not in "iub":
             raise TypeError(f"{self._label}: diffs must be integers, got dtype {d.dtype}")

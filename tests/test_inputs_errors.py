@@ -120,6 +120,48 @@ def test_updates_at_many_times_before_one_run():
     assert_collection_equal(cap.at(4), {(0, 2): 1, (1, 2): 1, (2, 1): 1})
 
 
+@pytest.mark.parametrize("engine", ["python", "native"])
+def test_int64_arrays_are_copied_on_update(engine):
+    # int64 columns, times and diffs take a fast path; the input must still hold its
+    # own copies: arrays the caller changes or reuses afterwards change nothing.
+    df = dd.Dataflow(engine=engine)
+    inp, c = df.new_input(list(NAMES))
+    cap = c.capture()
+    src = np.array([1, 2, 3], np.int64)
+    dst = np.array([4, 5, 6], np.int64)
+    times = np.array([0, 1, 1], np.int64)
+    diffs = np.array([2, -1, 1], np.int64)
+    inp.update(src, dst, time=times, diff=diffs)
+    inp.update(src[::2], dst[::2], time=times[::2] + 2, diff=diffs[::2])  # strided
+    for a in (src, dst, times, diffs):
+        a[:] = 99
+    inp.advance_to(5)
+    df.run()
+    assert_updates_equal(cap, [((1, 4), 0, 2), ((2, 5), 1, -1), ((3, 6), 1, 1),
+                               ((1, 4), 2, 2), ((3, 6), 3, 1)])
+    with pytest.raises(ValueError) as e:   # (the fast path checks lengths too)
+        inp.update(src, dst, time=np.array([6, 6], np.int64))
+    assert_mentions(e, *NAMES, "2 times for 3 rows")
+    with pytest.raises(ValueError) as e:
+        inp.update(src, dst, time=6, diff=np.array([1, 1], np.int64))
+    assert_mentions(e, *NAMES, "diffs for 3 rows")
+
+
+def test_advance_to_with_python_ints():
+    df, inp, c = make()
+    inp.advance_to(7)
+    inp.advance_to(7)                 # not moving is fine
+    assert np.asarray(inp.frontier).tolist() == [[7]]
+    assert inp.frontier.dtype == np.int64
+    with pytest.raises(ValueError) as e:
+        inp.advance_to(6)
+    assert_mentions(e, *NAMES, "6")
+    with pytest.raises((TypeError, OverflowError, ValueError)) as e:
+        inp.advance_to(2 ** 70)
+    assert_mentions(e, *NAMES, str(2 ** 70))
+    assert np.asarray(inp.frontier).tolist() == [[7]]
+
+
 # ------------------------------------------------------------------------- frontiers
 
 
