@@ -500,6 +500,8 @@ class NativeEngine:
         # a typed list from Python costs ~4-8 µs, a tenth of a single-change run. The
         # compiled code only appends to and clears these lists, never replaces them.
         self._input_queues = {i: self.st[0][qid] for i, qid in self.input_qid.items()}
+        self._capture_lists = [self.st[6][i] for i in range(len(self.captures))]
+        self._hooks = (self._batch_cb, self._logic_cb, self._warn_cb)
         self.frontiers = np.zeros(len(df.inputs), _I64)
         self.passes = 0               # compiled passes run (a run may take several)
         self.n_nodes = N
@@ -508,7 +510,8 @@ class NativeEngine:
         self._probe_ids = [ids[id(p)] for p in self.probes]
         # Compiled entry points, resolved once (see _entry).
         self._run_fn = _rt.run
-        self._take_fn = _rt.take_output
+        self._take_fn = _rt.take_batches
+        self._push_fn = _rt.push_batch
 
     def _loop_widths(self, order, kind, prm, scope_of, n_loops):
         """Per loop, the widest key and value of its traces (its hashed state's row
@@ -582,7 +585,9 @@ class NativeEngine:
                 new_times.append(t[:, 0])
                 # Batches are never written to, but the compiled code's batch type is
                 # writeable (Arrow zero-copy columns are read-only): copy those.
-                queues[i].append((_writeable(u.data), t, _writeable(u.diffs)))
+                self._push_fn(queues[i], _writeable(u.data), t, _writeable(u.diffs))
+                if self._push_fn is _rt.push_batch:
+                    self._push_fn = _entry(_rt.push_batch)
             f = h.frontier
             self.frontiers[i] = _INF if (h.closed or len(f) == 0) else f[0, 0]
         passes = [self.frontiers]
@@ -597,8 +602,8 @@ class NativeEngine:
                 if len(times) > share:
                     c = max(c, int(len(ts) * share // len(times)))
                     passes = [np.minimum(self.frontiers, b) for b in ts[c::c]] + passes
-        saved = list(_rt._HOOKS)
-        _rt.set_hooks(self._batch_cb, self._logic_cb, self._warn_cb)
+        saved = _rt._HOOKS[:]
+        _rt._HOOKS[:] = self._hooks
         try:
             for fr in passes:
                 self.passes += 1
@@ -626,9 +631,9 @@ class NativeEngine:
             if self.st[10][i, 1] != self._cap_seen[idx]:
                 # New updates reached the capture since the last run.
                 self._cap_seen[idx] = self.st[10][i, 1]
-                d, t, f = self._take_fn(self.st, idx, node.arity)
-                if self._take_fn is _rt.take_output:
-                    self._take_fn = _entry(_rt.take_output)
+                d, t, f = self._take_fn(self._capture_lists[idx], node.arity)
+                if self._take_fn is _rt.take_batches:
+                    self._take_fn = _entry(_rt.take_batches)
                 if len(f):
                     node.parts.append(Updates(d, np.ascontiguousarray(t[:, :1]), f))
                     node._consolidated = None
@@ -637,10 +642,10 @@ class NativeEngine:
             self._set_frontier(node, nf[i])
 
     def _set_frontier(self, node, v):
-        v = int(v)
-        if getattr(node, "_native_frontier", None) != v:
+        # (the array is made when it is read: see output.SinkNode)
+        if node._native_frontier != v:
             node._native_frontier = v
-            node.frontier = _frontier(v)
+            node._frontier = None
 
     # ------------------------------------------------------------------ statistics
     def state_records(self):
@@ -681,12 +686,6 @@ def _writeable(a):
     if f.c_contiguous and f.writeable and a.dtype == _I64:
         return a            # (the common case: np.require costs ~1.5 µs)
     return np.require(a, _I64, ["C", "W"])
-
-
-def _frontier(v):
-    if v == _INF:
-        return np.empty((0, 1), _I64)
-    return np.array([[v]], _I64)
 
 
 def compile_dataflow(df, engine):
