@@ -6,7 +6,8 @@ and peak memory of loading the graph. ``ReachSustained``: single-change latency
 percentiles at N=1,000 after 1e3..1e6 changes, and the arrangement record count (state
 must stay flat). ``ReachEngines``: the native and the Python engine side by side.
 ``ReachLoopModes``: the native engine's two loop modes side by side.
-``ReachWorkers``: throughput with 1 and 2 worker processes.
+``ReachWorkers``: throughput with 1 and 2 worker processes. ``ReachRunOverhead``: an
+empty ``run()`` and one change's whole user path (``update``, ``advance_to``, ``run``).
 
 asv runs every parameter combination in its own process. Where one expensive
 preparation serves several combinations it is done once in ``setup_cache`` (the N=1e6
@@ -16,6 +17,8 @@ throughput sweep after a single ~20 s load; the single 1e6-change sustained run)
 e.g. ``DDNUMBA_ASV_MAX_NODES=1000 DDNUMBA_ASV_MAX_CHANGES=1e4 asv run --quick -b
 bench_reach``.
 """
+import time
+
 import numpy as np
 
 from ddnumba.bench import ReachSession, run_reach, run_reach_sweep
@@ -244,3 +247,60 @@ class ReachWorkers:
         changes = max(b * 3, 20) if n >= 1_000_000 else max(b * 5, 200)
         return run_reach(n, b, changes, recompute=False, workers=w)["changes_per_s"]
     track_changes_per_s.unit = "changes/s"
+
+
+class ReachRunOverhead:
+    """What a ``run()`` costs beyond the engine's work, at N=1,000 after the load:
+    ``track_run_without_work_us`` advances both inputs and runs with no update (the
+    Python around the compiled pass, unboxing the state, a pass over the root scope);
+    ``track_single_change_us`` is one window change at its own time through the whole
+    user path (``update``, two ``advance_to``, ``run``). Medians of 2,000 calls each,
+    timed here: this machine's asv re-runs ``setup`` between the individually timed
+    calls of a ``time_`` benchmark, so every call it times would follow a fresh load."""
+
+    timeout = 300
+    number = 1
+    repeat = 1
+    CALLS = 2_000
+
+    def setup(self):
+        _warm_up()
+        self.s = ReachSession(1_000, 2 * self.CALLS + 1_000)
+        self.s.load()
+        self.s.feed(1, 1_000)
+        self.t = self.s.t
+
+    def _empty_run(self):
+        s = self.s
+        self.t += 1
+        s.edges_in.advance_to(self.t)
+        s.roots_in.advance_to(self.t)
+        s.df.run()
+
+    def _single_change(self):
+        s = self.s
+        j, m, t = s.pos, s.m, self.t
+        s.edges_in.update(np.array([s.all_src[j], s.all_src[m + j]]),
+                          np.array([s.all_dst[j], s.all_dst[m + j]]),
+                          time=np.array([t, t]), diff=np.array([-1, 1]))
+        s.pos = j + 1
+        self.t = t + 1
+        s.edges_in.advance_to(self.t)
+        s.roots_in.advance_to(self.t)
+        s.df.run()
+
+    def _median_us(self, fn):
+        ts = np.empty(self.CALLS)
+        for i in range(self.CALLS):
+            a = time.perf_counter()
+            fn()
+            ts[i] = time.perf_counter() - a
+        return float(np.median(ts) * 1e6)
+
+    def track_run_without_work_us(self):
+        return self._median_us(self._empty_run)
+    track_run_without_work_us.unit = "µs"
+
+    def track_single_change_us(self):
+        return self._median_us(self._single_change)
+    track_single_change_us.unit = "µs"
