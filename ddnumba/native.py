@@ -603,7 +603,7 @@ class NativeEngine:
                     c = max(c, int(len(ts) * share // len(times)))
                     passes = [np.minimum(self.frontiers, b) for b in ts[c::c]] + passes
         saved = _rt._HOOKS[:]
-        _rt._HOOKS[:] = self._hooks
+        _rt.set_hooks(*self._hooks)
         try:
             for fr in passes:
                 self.passes += 1

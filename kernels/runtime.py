@@ -232,15 +232,9 @@ def seq_records(st):
     return out
 
 
-@njit(cache=True)
-def take_output(st, i, w):
-    """Pop capture ``i``'s collected batches (rows of width ``w``), concatenated."""
-    return take_batches(st[6][i], w)
-
-
-# From Python, a compiled function taking the whole state unboxes its fourteen parts
-# (~3-5 µs); these two take one list (a capture's or an input's, boxed once by
-# ddnumba.native), so that a single-change run does not pay that three times.
+# Called from Python, a compiled function taking the whole state unboxes its fourteen
+# parts (~3-5 µs) on every call; these two take one list (an input's queue or a
+# capture's output, boxed once by ddnumba.native), so that only run() pays it.
 
 
 @njit(cache=True)

@@ -463,3 +463,37 @@ def test_large_spine_merges_trim_the_heap_first(monkeypatch):
     assert calls == [] and info[4] == 1 and info[5] == TRIM_ROWS - 1
     _before_merge(info, TRIM_ROWS)
     assert calls == [0] and info[4] == 2 and info[5] == 2 * TRIM_ROWS - 1
+
+
+def test_push_and_take_batches_through_entry_points():
+    # ddnumba.native pushes input batches and takes capture output through these two
+    # (their compiled entry points, after a first call through the dispatcher): the
+    # batches come back concatenated in push order, and the list is left empty.
+    from numba.typed import List
+
+    from ddnumba.kernels.runtime import BATCH_TYPE, push_batch, take_batches
+    from ddnumba.native import _entry
+
+    rng = np.random.default_rng(7)
+    lst = List.empty_list(BATCH_TYPE)
+    parts = []
+    push = push_batch
+    for k in range(5):
+        n = int(rng.integers(0, 6))
+        b = (rng.integers(-9, 9, (n, 3)), np.stack([rng.integers(0, 9, n),
+                                                     np.zeros(n, np.int64)], axis=1),
+             rng.integers(-3, 4, n))
+        b = tuple(np.ascontiguousarray(a, dtype=np.int64) for a in b)
+        parts.append(b)
+        push(lst, *b)
+        push = _entry(push_batch)
+    assert len(lst) == 5
+    take = take_batches
+    d, t, f = take(lst, 3)
+    assert len(lst) == 0
+    np.testing.assert_array_equal(d, np.concatenate([p[0] for p in parts]))
+    np.testing.assert_array_equal(t, np.concatenate([p[1] for p in parts]))
+    np.testing.assert_array_equal(f, np.concatenate([p[2] for p in parts]))
+    take = _entry(take_batches)
+    d, t, f = take(lst, 3)      # empty: no rows, the given width
+    assert d.shape == (0, 3) and t.shape[0] == 0 and f.shape == (0,)
