@@ -61,8 +61,11 @@ from .reduce import (L_CALLBACK, L_COUNT, L_DISTINCT, L_MAX, L_MIN, L_SUM,  # no
                      L_TOP_K, LOGIC, _accumulate, _logic_count, _logic_extreme,
                      _logic_sum, _logic_top_k)
 from .rows import add_checked, leaf, mul_checked
-from .seqloop import S_LEAVE as SEQ_LEAVE, _nodes as seq_nodes, pack_fields
+from .seqloop import F_MISC as SEQ_F_MISC, S_LEAVE as SEQ_LEAVE, _nodes as seq_nodes
+from .seqloop import pack_fields
 from .seqloop import leave_rows as seq_leave_rows, run_times as seq_run_times
+from .seqloop import (buf_count as seq_buf_count, new_counters as seq_new_counters,
+                      put_buf as seq_put_buf, set_buf_count as seq_set_buf_count)
 
 __all__ = ["KIND", "LOGIC", "new_state", "run", "set_hooks", "spine_sizes",
            "BATCH_TYPE"]
@@ -101,9 +104,10 @@ _BLIST = types.ListType(BATCH_TYPE)
 SBATCH_TYPE = types.Tuple((_I2, _I2, _I1, _I2))
 _SLIST = types.ListType(SBATCH_TYPE)
 # The hashed state of a sequential loop (kernels.hstate): table, arena, counters;
-# its program (kernels.seqloop) with its buffers' row counts and least iterations.
+# its program (kernels.seqloop) and its counters (buffer row counts, least iterations,
+# sizes, statistics: seqloop's ``cn``).
 HSTATE_TYPE = types.Tuple((_I2, _I2, _I1))
-SEQ_TYPE = types.Tuple((_I1, _I1, _I1))
+SEQ_TYPE = types.Tuple((_I1, _I1))
 _I2LIST = types.ListType(_I2)
 
 # Status codes returned by run().
@@ -191,7 +195,7 @@ def new_state(n_queues, n_spines, n_held, n_pend, pend_w, n_out, n_nodes, n_loop
     seq = List.empty_list(SEQ_TYPE)
     bufs = List.empty_list(_I2LIST)
     for l in range(n_loops):
-        seq.append((np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)))
+        seq.append((np.zeros(0, np.int64), np.zeros(0, np.int64)))
         bufs.append(List.empty_list(_I2))
     return q, sp, fresh, since, held, pend, out, nf, loop_prev, info, stats, hs, seq, bufs
 
@@ -201,7 +205,8 @@ def add_seq_loop(st, l, lp, widths):
     """Give loop ``l`` its sequential program ``lp`` and one empty buffer per entry of
     ``widths`` (row widths)."""
     nb = widths.shape[0]
-    st[12][l] = (lp, np.zeros(nb, np.int64), np.full(nb, INF, np.int64))
+    misc = lp[lp[SEQ_F_MISC]:lp[SEQ_F_MISC + 1]]
+    st[12][l] = (lp, seq_new_counters(widths, st[10].shape[0], misc[2]))
     bl = st[13][l]
     bl.clear()
     for b in range(nb):
@@ -2363,7 +2368,7 @@ def _run_loop(prog, st, l):
 # fully compacted. Here: take the loop's entered updates that are due, hand them to
 # the loop sorted by time, and pass what its leaves collected on to the root scope.
 # Its state: st[11][l] the hashed traces (table, arena, counters), st[12][l] the loop
-# program and its buffers' row counts and least iterations, st[13][l] the buffers.
+# program and its counters (seqloop's ``cn``), st[13][l] the buffers.
 
 
 @njit(cache=True)
@@ -2440,16 +2445,16 @@ def _run_loop_seq(prog, st, l):
                 o += 1
         times = np.unique(times)
         tab, arena, meta = st[11][l]
-        lp, bn, bmin = st[12][l]
+        lp, cn = st[12][l]
         bufs = st[13][l]
-        status, tab, arena = seq_run_times(lp, bufs, bn, bmin, tab, arena, meta, ups, times,
+        status, tab, arena = seq_run_times(lp, bufs, cn, tab, arena, meta, ups, times,
                                            st[10], st[9])
         ups.clear()
         # buffers a large run grew (a load) are not kept for the small runs after it;
         # the empty ones go first, before the leaves' rows are copied out
         for x in range(len(bufs)):
-            if bn[x] == 0 and bufs[x].shape[0] > 65536:
-                bufs[x] = np.empty((16, bufs[x].shape[1]), np.int64)
+            if seq_buf_count(cn, x) == 0 and bufs[x].shape[0] > 65536:
+                seq_put_buf(bufs, cn, x, np.empty((16, bufs[x].shape[1]), np.int64))
         tab, arena = _hs_gc(tab, arena, meta)
         st[11][l] = (tab, arena, meta)
         # what the leaves collected: (iteration, diff, data, t) rows, to the root scope
@@ -2458,15 +2463,15 @@ def _run_loop_seq(prog, st, l):
             if nodes[ln, 0] != SEQ_LEAVE:
                 continue
             q = nodes[ln, 3]
-            n = bn[q]
+            n = seq_buf_count(cn, q)
             if n == 0:
                 continue
             buf = bufs[q]
             st[0][qbase[nodes[ln, 1]]].append(
                 seq_leave_rows(buf, n, nodes[ln, 2], _hs_move_step(buf)))
-            bn[q] = 0
+            seq_set_buf_count(cn, q, 0)
             if buf.shape[0] > 65536:
-                bufs[q] = np.empty((16, buf.shape[1]), np.int64)
+                seq_put_buf(bufs, cn, q, np.empty((16, buf.shape[1]), np.int64))
     if status != OK:
         return status
     _loop_done(prog, st, l, p)

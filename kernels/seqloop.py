@@ -74,7 +74,8 @@ from .hstate import _same_key as _same
 from .reduce import L_COUNT, L_DISTINCT, L_MAX, L_MIN, L_SUM, L_TOP_K
 from .rows import add_checked, leaf, mul_checked
 
-__all__ = ["run_times", "leave_rows", "pack", "pack_fields", "NPW", "RTW"]
+__all__ = ["run_times", "leave_rows", "new_counters", "buf_count", "set_buf_count",
+           "put_buf", "pack", "pack_fields", "NPW", "RTW"]
 
 INF = np.iinfo(np.int64).max
 I64_MIN = np.iinfo(np.int64).min
@@ -158,14 +159,25 @@ OVF_LOGIC = -6     # count / sum
 OVF_CORR = -7      # a correction
 OVF_PAIR = -8      # a join product
 
-# A run's scratch counters (one small array, so that steps allocate nothing).
+# A loop's counters: one int64 array ``cn``, kept from run to run. Numba takes and
+# drops a reference to every array a compiled function is given (and to every array in
+# a tuple it is given), and a round calls ~20 steps: the steps take the program ``lp``,
+# the node matrix, the buffer list and ``cn``, not ten arrays each. ``cn`` holds
+# scratch counters (so that steps allocate nothing), then for each buffer ``x`` its
+# row count, least queued iteration and size in words at ``C_BUF + 3 * x`` (see
+# ``_bn``, ``_bmin``, ``_bwords``), then the steps' statistics since the last run
+# returned, 4 per node of the dataflow (``kernels.runtime``'s ``stats``), from
+# ``cn[SC_STATS]``.
 SC_NC = 0       # reduce: corrections written (1)
 SC_QC = 1       # reduce: schedule count, least iteration, keys evaluated (3)
 SC_POS = 4      # reduce: resume position, amount needed (2)
 SC_TAKE = 6     # _take: rows moved, rows left, least iteration left (3)
 SC_JPOS = 9     # join: resume row, rows needed, count so far (3)
 SC_BIG = 12     # IDLE_BIG_WORDS of the loop (1)
-SC_LEN = 13
+SC_NBIG = 13    # buffers of IDLE_BIG_WORDS or more (1)
+SC_STATS = 14   # where the statistics start (1)
+SC_LEN = 15
+C_BUF = SC_LEN
 
 # Status codes (as kernels.runtime).
 OK = 0
@@ -233,6 +245,36 @@ def _buf(bufs, x):
     return bufs.getitem_unchecked(x)
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _bn(x):
+    """Index in ``cn`` of buffer ``x``'s row count."""
+    return C_BUF + 3 * x
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _bmin(x):
+    """Index in ``cn`` of the least iteration queued in buffer ``x`` (INF: none)."""
+    return C_BUF + 3 * x + 1
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _bwords(x):
+    """Index in ``cn`` of buffer ``x``'s size in words (kept by :func:`_put`)."""
+    return C_BUF + 3 * x + 2
+
+
+@njit(cache=True, nogil=True)
+def _put(bufs, cn, x, b):
+    """Make ``b`` buffer ``x``. Every replacement goes through here, so that ``cn``
+    knows each buffer's size and how many are big without reading the list."""
+    big = cn[SC_BIG]
+    was = cn[_bwords(x)]
+    now = b.shape[0] * b.shape[1]
+    cn[SC_NBIG] += (now >= big) - (was >= big)
+    cn[_bwords(x)] = now
+    bufs[x] = b
+
+
 @njit(cache=True, nogil=True)
 def _grown(buf, keep, need):
     """``buf`` with room for ``need`` rows (a copy of its first ``keep`` rows if it
@@ -254,35 +296,36 @@ IDLE_BIG_WORDS = 1 << 22
 
 
 @njit(cache=True, nogil=True)
-def _fit(bufs, x, used, keep, big):
-    """Replace buffer ``x`` (``big`` words or more) by one of twice ``used`` rows
+def _fit(bufs, cn, x, used, keep):
+    """Replace buffer ``x`` (``IDLE_BIG_WORDS`` or more) by one of twice ``used`` rows
     (16 at least), keeping its first ``keep`` rows, when it is more than 8 times too
-    large: a buffer grown in a load's largest rounds shrinks with the rounds after."""
+    large: a buffer grown in a load's largest rounds shrinks with the rounds after.
+    (Callers test ``cn[_bwords(x)] >= cn[SC_BIG]`` first: most buffers are small.)"""
     b = _buf(bufs, x)
-    if b.shape[0] * b.shape[1] >= big and 8 * used < b.shape[0]:
+    if b.shape[0] * b.shape[1] >= cn[SC_BIG] and 8 * used < b.shape[0]:
         out = np.empty((max(np.int64(16), 2 * used), b.shape[1]), np.int64)
         out[:keep] = b[:keep]
-        bufs[x] = out
+        _put(bufs, cn, x, out)
 
 
 @njit(cache=True, nogil=True)
-def _drop_empty(bufs, bn, x, big):
-    """Replace buffer ``x`` by a small one when it is empty and of ``big`` words or
-    more."""
-    if bn[x] == 0:
-        _fit(bufs, x, 0, 0, big)
+def _drop_empty(bufs, cn, x):
+    """Give back buffer ``x`` when it is empty and big."""
+    if cn[_bn(x)] == 0 and cn[_bwords(x)] >= cn[SC_BIG]:
+        _fit(bufs, cn, x, 0, 0)
 
 
 @njit(cache=True, nogil=True)
-def _drop_idle(nodes, bufs, bn, ln, big):
-    """Give back the big empty buffers of local node ``ln`` (idle this round)."""
+def _drop_idle(nodes, bufs, cn, ln):
+    """Give back the big empty buffers of local node ``ln`` (idle this round; called
+    only while some buffer is big)."""
     kind = nodes[ln, P_KIND]
-    _drop_empty(bufs, bn, nodes[ln, P_D], big)
+    _drop_empty(bufs, cn, nodes[ln, P_D])
     if kind == S_ARRANGE or kind == S_CONSOL or kind == S_FEEDBACK:
-        _drop_empty(bufs, bn, nodes[ln, P_Q], big)
+        _drop_empty(bufs, cn, nodes[ln, P_Q])
     elif kind == S_REDUCE:
         for b in (P_Q, P_SCHED, P_ACC, P_DES, P_CUR):
-            _drop_empty(bufs, bn, nodes[ln, b], big)
+            _drop_empty(bufs, cn, nodes[ln, b])
 
 
 @leaf
@@ -348,46 +391,52 @@ def _leave_copy(src, n, dst, o, proj, poff, plen, sign, t):
 
 
 @njit(cache=True, nogil=True)
-def _emit(pg, bufs, bn, bmin, stats, ln, src, n, t):
+def _emit(nodes, lp, bufs, cn, ln, src, n, t):
     """Send rows ``src[:n]`` of local node ``ln`` along its routes."""
     if n == 0:
         return
-    nodes, routes, proj, chain, _q = pg
-    stats[nodes[ln, P_NODE], 2] += n
+    ro = lp[F_ROUTES]
+    po = lp[F_PROJ]
+    co = lp[F_CHAIN]
+    so = cn[SC_STATS]
+    cn[so + 4 * nodes[ln, P_NODE] + 2] += n
     for r in range(nodes[ln, P_ROFF], nodes[ln, P_ROFF] + nodes[ln, P_RN]):
-        q = routes[r, R_BUF]
+        rt = ro + r * RTW
+        q = lp[rt + R_BUF]
+        nq = cn[_bn(q)]
         dst = _buf(bufs, q)
-        if bn[q] + n > dst.shape[0]:
-            dst = _grown(dst, bn[q], bn[q] + n)
-            bufs[q] = dst
-        if routes[r, R_LEAVE] == 1:
-            k = _leave_copy(src, n, dst, bn[q], proj, routes[r, R_POFF],
-                            routes[r, R_PLEN], routes[r, R_SIGN], t)
+        if nq + n > dst.shape[0]:
+            dst = _grown(dst, nq, nq + n)
+            _put(bufs, cn, q, dst)
+        if lp[rt + R_LEAVE] == 1:
+            k = _leave_copy(src, n, dst, nq, lp, po + lp[rt + R_POFF], lp[rt + R_PLEN],
+                            lp[rt + R_SIGN], t)
             if k < 0:
                 raise OverflowError("negate: a diff of -2**63 has no int64 negation")
-            bn[q] = k
+            cn[_bn(q)] = k
         else:
-            best = _route_copy(src, n, dst, bn[q], proj, routes[r, R_POFF],
-                               routes[r, R_PLEN], routes[r, R_SIGN], routes[r, R_SHIFT])
+            best = _route_copy(src, n, dst, nq, lp, po + lp[rt + R_POFF],
+                               lp[rt + R_PLEN], lp[rt + R_SIGN], lp[rt + R_SHIFT])
             if best < 0:
                 raise OverflowError("negate: a diff of -2**63 has no int64 negation")
-            bn[q] += n
-            if best < bmin[q]:
-                bmin[q] = best
-        for c in range(routes[r, R_COFF], routes[r, R_COFF] + routes[r, R_CLEN]):
-            g = chain[c]
-            stats[g, 0] += 1
-            stats[g, 1] += n
-            stats[g, 2] += n
-        if routes[r, R_LEAVE] == 0:
+            cn[_bn(q)] = nq + n
+            if best < cn[_bmin(q)]:
+                cn[_bmin(q)] = best
+        for c in range(co + lp[rt + R_COFF], co + lp[rt + R_COFF] + lp[rt + R_CLEN]):
+            g = so + 4 * lp[c]
+            cn[g] += 1
+            cn[g + 1] += n
+            cn[g + 2] += n
+        if lp[rt + R_LEAVE] == 0:
             # (a leave counts its rows when the root scope takes them)
-            stats[nodes[routes[r, R_SINK], P_NODE], 1] += n
+            cn[so + 4 * nodes[lp[rt + R_SINK], P_NODE] + 1] += n
 
 
 @leaf
-def _take_at(q, n, j, out, res):
+def _take_at(q, n, j, out, res, at):
     """Move the rows of ``q[:n]`` at iteration ``j`` to ``out`` (from row 0) and
-    compact the others; ``res`` = (rows moved, rows left, least iteration left)."""
+    compact the others; ``res[at:at + 3]`` = (rows moved, rows left, least iteration
+    left)."""
     a = np.int64(0)
     k = np.int64(0)
     best = INF
@@ -405,34 +454,37 @@ def _take_at(q, n, j, out, res):
             k += 1
             if it < best:
                 best = it
-    res[0] = a
-    res[1] = k
-    res[2] = best
+    res[at] = a
+    res[at + 1] = k
+    res[at + 2] = best
 
 
 @njit(cache=True, nogil=True)
-def _take(bufs, bn, bmin, q, d, j, scr):
+def _take(bufs, cn, q, d, j):
     """Rows of queue ``q`` at iteration ``j`` into buffer ``d`` (its count set);
     returns how many."""
-    n = bn[q]
-    if n == 0 or bmin[q] > j:
-        bn[d] = 0
+    n = cn[_bn(q)]
+    if n == 0 or cn[_bmin(q)] > j:
+        cn[_bn(d)] = 0
         return 0
-    if bmin[q] < j:
+    if cn[_bmin(q)] < j:
         raise RuntimeError("sequential loop: internal error: a queued update is at an "
                            "iteration already past")
-    _fit(bufs, d, n, 0, scr[SC_BIG])
+    if cn[_bwords(d)] >= cn[SC_BIG]:
+        _fit(bufs, cn, d, n, 0)
     out = _buf(bufs, d)
     if out.shape[0] < n:
         out = _grown(out, 0, n)
-        bufs[d] = out
-    res = scr[SC_TAKE:SC_TAKE + 3]
-    _take_at(_buf(bufs, q), n, j, out, res)
-    bn[d] = res[0]
-    bn[q] = res[1]
-    bmin[q] = res[2]
-    _fit(bufs, q, res[1], res[1], scr[SC_BIG])
-    return res[0]
+        _put(bufs, cn, d, out)
+    _take_at(_buf(bufs, q), n, j, out, cn, SC_TAKE)
+    a = cn[SC_TAKE]
+    k = cn[SC_TAKE + 1]
+    cn[_bn(d)] = a
+    cn[_bn(q)] = k
+    cn[_bmin(q)] = cn[SC_TAKE + 2]
+    if cn[_bwords(q)] >= cn[SC_BIG]:
+        _fit(bufs, cn, q, k, k)
+    return a
 
 
 @leaf
@@ -559,9 +611,9 @@ _JOIN_OVF = "join: a product of diffs overflows int64 (in a loop)"
 
 
 @njit(cache=True, nogil=True)
-def _join_trace(tab, arena, tag, dd, nd, kw, dvw, ovw, delta_left, j, bufs, ob, o, scr):
+def _join_trace(tab, arena, tag, dd, nd, kw, dvw, ovw, delta_left, j, bufs, cn, ob, o):
     """:func:`_pairs_trace` over a whole delta, growing output buffer ``ob``."""
-    pos = scr[SC_JPOS:SC_JPOS + 3]
+    pos = cn[SC_JPOS:SC_JPOS + 3]
     pos[0] = 0
     while True:
         od = _buf(bufs, ob)
@@ -572,11 +624,11 @@ def _join_trace(tab, arena, tag, dd, nd, kw, dvw, ovw, delta_left, j, bufs, ob, 
         if r == OVF_PAIR:
             raise OverflowError(_JOIN_OVF)
         o = pos[2]
-        bufs[ob] = _grown(od, o, o + max(pos[1], od.shape[0]))
+        _put(bufs, cn, ob, _grown(od, o, o + max(pos[1], od.shape[0])))
 
 
 @njit(cache=True, nogil=True)
-def _join_deltas(ld, nl, rd, nr, kw, j, bufs, ob, o):
+def _join_deltas(ld, nl, rd, nr, kw, j, bufs, cn, ob, o):
     """Pairs of two deltas (each grouped by key, keys ascending) at iteration ``j``."""
     lvw = ld.shape[1] - 2 - kw
     rvw = rd.shape[1] - 2 - kw
@@ -600,7 +652,7 @@ def _join_deltas(ld, nl, rd, nr, kw, j, bufs, ob, o):
         need = o + (a1 - a) * (b1 - b)
         if need > od.shape[0]:
             od = _grown(od, o, need)
-            bufs[ob] = od
+            _put(bufs, cn, ob, od)
         for x in range(a, a1):
             for y in range(b, b1):
                 f, ov = mul_checked(ld[x, 1], rd[y, 1])
@@ -619,14 +671,13 @@ def _join_deltas(ld, nl, rd, nr, kw, j, bufs, ob, o):
 
 
 @njit(cache=True, nogil=True)
-def _step_join(pg, bufs, bn, bmin, stats, tab, arena, meta, ln, t, j, scr):
-    nodes = pg[0]
+def _step_join(nodes, lp, bufs, cn, tab, arena, meta, ln, t, j):
     la = nodes[ln, P_LEFT]
     ra = nodes[ln, P_RIGHT]
     dl = nodes[la, P_D]
     dr = nodes[ra, P_D]
-    nl = bn[dl]
-    nr = bn[dr]
+    nl = cn[_bn(dl)]
+    nr = cn[_bn(dr)]
     if nl == 0 and nr == 0:
         return tab, arena
     kw = nodes[ln, P_JKW]
@@ -635,8 +686,9 @@ def _step_join(pg, bufs, bn, bmin, stats, tab, arena, meta, ln, t, j, scr):
     tl = nodes[la, P_TAG]
     tr = nodes[ra, P_TAG]
     ob = nodes[ln, P_D]
-    stats[nodes[ln, P_NODE], 0] += 1
-    stats[nodes[ln, P_NODE], 1] += nl + nr
+    g = cn[SC_STATS] + 4 * nodes[ln, P_NODE]
+    cn[g] += 1
+    cn[g + 1] += nl + nr
     o = np.int64(0)
     what = "arrange: a count overflows int64 (in a loop)"
     # (the deltas are not replaced while the join runs: only its output buffer grows)
@@ -645,24 +697,25 @@ def _step_join(pg, bufs, bn, bmin, stats, tab, arena, meta, ln, t, j, scr):
     if nodes[ln, P_JFUSED] == 1:
         # the join owns both traces: dL x R, L += dL, dR x L (which has dL), R += dR
         if nl:
-            o = _join_trace(tab, arena, tr, ldb, nl, kw, lvw, rvw, True, j, bufs, ob, o,
-                            scr)
+            o = _join_trace(tab, arena, tr, ldb, nl, kw, lvw, rvw, True, j, bufs, cn, ob,
+                            o)
             tab, arena = insert_delta(tab, arena, meta, tl, 0, ldb, nl, kw, lvw, j, what)
         if nr:
-            o = _join_trace(tab, arena, tl, rdb, nr, kw, rvw, lvw, False, j, bufs, ob, o,
-                            scr)
+            o = _join_trace(tab, arena, tl, rdb, nr, kw, rvw, lvw, False, j, bufs, cn, ob,
+                            o)
             tab, arena = insert_delta(tab, arena, meta, tr, 0, rdb, nr, kw, rvw, j, what)
     else:
         if nl:
-            o = _join_trace(tab, arena, tr, ldb, nl, kw, lvw, rvw, True, j, bufs, ob, o,
-                            scr)
+            o = _join_trace(tab, arena, tr, ldb, nl, kw, lvw, rvw, True, j, bufs, cn, ob,
+                            o)
         if nr:
-            o = _join_trace(tab, arena, tl, rdb, nr, kw, rvw, lvw, False, j, bufs, ob, o,
-                            scr)
+            o = _join_trace(tab, arena, tl, rdb, nr, kw, rvw, lvw, False, j, bufs, cn, ob,
+                            o)
             if nl:
-                o = _join_deltas(ldb, nl, rdb, nr, kw, j, bufs, ob, o)
-    _emit(pg, bufs, bn, bmin, stats, ln, _buf(bufs, ob), o, t)
-    _fit(bufs, ob, o, 0, scr[SC_BIG])
+                o = _join_deltas(ldb, nl, rdb, nr, kw, j, bufs, cn, ob, o)
+    _emit(nodes, lp, bufs, cn, ln, _buf(bufs, ob), o, t)
+    if cn[_bwords(ob)] >= cn[SC_BIG]:
+        _fit(bufs, cn, ob, o, 0)
     return tab, arena
 
 
@@ -1114,33 +1167,33 @@ def _reduce_overflow(code, logic):
 
 
 @njit(cache=True, nogil=True)
-def _step_reduce(pg, bufs, bn, bmin, stats, tab, arena, meta, ln, t, j, scr):
-    nodes = pg[0]
+def _step_reduce(nodes, lp, bufs, cn, tab, arena, meta, ln, t, j):
     la = nodes[ln, P_ARR]
     dq = nodes[la, P_D]
-    nd = bn[dq]
+    nd = cn[_bn(dq)]
     sq = nodes[ln, P_Q]
     ss = nodes[ln, P_SCHED]
-    ns = _take(bufs, bn, bmin, sq, ss, j, scr)
+    ns = _take(bufs, cn, sq, ss, j)
     if nd == 0 and ns == 0:
         return tab, arena
     kw = nodes[ln, P_RKW]
     vw = nodes[ln, P_VW]
     ow = nodes[ln, P_OW]
     logic = nodes[ln, P_LOGIC]
-    stats[nodes[ln, P_NODE], 0] += 1
+    g = cn[SC_STATS] + 4 * nodes[ln, P_NODE]
+    cn[g] += 1
     tab = ensure_rows(tab, meta, nd + ns)
     qbuf = _buf(bufs, sq)
-    if bn[sq] + nd + ns > qbuf.shape[0]:
-        bufs[sq] = _grown(qbuf, bn[sq], bn[sq] + nd + ns)
+    if cn[_bn(sq)] + nd + ns > qbuf.shape[0]:
+        _put(bufs, cn, sq, _grown(qbuf, cn[_bn(sq)], cn[_bn(sq)] + nd + ns))
     ob = nodes[ln, P_D]
-    nc = scr[SC_NC:SC_NC + 1]
+    nc = cn[SC_NC:SC_NC + 1]
     nc[0] = 0
-    qc = scr[SC_QC:SC_QC + 3]
-    qc[0] = bn[sq]
-    qc[1] = bmin[sq]
+    qc = cn[SC_QC:SC_QC + 3]
+    qc[0] = cn[_bn(sq)]
+    qc[1] = cn[_bmin(sq)]
     qc[2] = 0
-    pos = scr[SC_POS:SC_POS + 2]
+    pos = cn[SC_POS:SC_POS + 2]
     pos[0] = 0
     pos[1] = 0
     while True:
@@ -1155,18 +1208,19 @@ def _step_reduce(pg, bufs, bn, bmin, stats, tab, arena, meta, ln, t, j, scr):
         if code == NEED_SCRATCH:
             for b in (P_ACC, P_DES, P_CUR):
                 x = nodes[ln, b]
-                bufs[x] = _grown(_buf(bufs, x), 0, pos[1])
+                _put(bufs, cn, x, _grown(_buf(bufs, x), 0, pos[1]))
         elif code == NEED_OUT:
-            bufs[ob] = _grown(_buf(bufs, ob), nc[0], nc[0] + pos[1])
+            _put(bufs, cn, ob, _grown(_buf(bufs, ob), nc[0], nc[0] + pos[1]))
         elif code == NEED_ARENA:
             arena = ensure_entries(tab, arena, meta, pos[1])
         else:
             _reduce_overflow(code, logic)
-    bn[sq] = qc[0]
-    bmin[sq] = qc[1]
-    stats[nodes[ln, P_NODE], 3] += qc[2]       # keys evaluated
-    _emit(pg, bufs, bn, bmin, stats, ln, _buf(bufs, ob), nc[0], t)
-    _fit(bufs, ob, nc[0], 0, scr[SC_BIG])
+    cn[_bn(sq)] = qc[0]
+    cn[_bmin(sq)] = qc[1]
+    cn[g + 3] += qc[2]       # keys evaluated
+    _emit(nodes, lp, bufs, cn, ln, _buf(bufs, ob), nc[0], t)
+    if cn[_bwords(ob)] >= cn[SC_BIG]:
+        _fit(bufs, cn, ob, nc[0], 0)
     return tab, arena
 
 
@@ -1174,31 +1228,32 @@ def _step_reduce(pg, bufs, bn, bmin, stats, tab, arena, meta, ln, t, j, scr):
 
 
 @njit(cache=True, nogil=True)
-def _step_buffered(pg, bufs, bn, bmin, stats, ln, t, j, scr):
+def _step_buffered(nodes, lp, bufs, cn, ln, t, j):
     """Arrange, consolidate or feedback: take the rows at ``j``, consolidate them into
     the node's delta buffer; consolidate and feedback emit it."""
-    nodes = pg[0]
     d = nodes[ln, P_D]
-    n = _take(bufs, bn, bmin, nodes[ln, P_Q], d, j, scr)
+    n = _take(bufs, cn, nodes[ln, P_Q], d, j)
     if n == 0:
         return
-    g = nodes[ln, P_NODE]
-    stats[g, 0] += 1
+    g = cn[SC_STATS] + 4 * nodes[ln, P_NODE]
+    cn[g] += 1
     k = _consolidate(_buf(bufs, d), n, nodes[ln, P_W])
-    bn[d] = k
+    cn[_bn(d)] = k
     if nodes[ln, P_KIND] == S_ARRANGE:
-        stats[g, 2] += k
+        cn[g + 2] += k
     else:
-        _emit(pg, bufs, bn, bmin, stats, ln, _buf(bufs, d), k, t)
+        _emit(nodes, lp, bufs, cn, ln, _buf(bufs, d), k, t)
 
 
 @njit(cache=True, nogil=True)
-def _next_round(qs, bn, bmin, kmin):
+def _next_round(lp, cn, kmin):
+    """The next round: the least iteration queued in the program's queues, not below
+    ``kmin`` (-1: none)."""
     best = INF
-    for x in range(qs.shape[0]):
-        q = qs[x]
-        if bn[q] and bmin[q] < best:
-            best = bmin[q]
+    for x in range(lp[F_QUEUES], lp[F_QUEUES + 1]):
+        q = lp[x]
+        if cn[_bn(q)] and cn[_bmin(q)] < best:
+            best = cn[_bmin(q)]
     if best == INF:
         return np.int64(-1)
     return max(best, kmin)
@@ -1241,25 +1296,56 @@ def leave_rows(buf, n, w, step):
 
 
 @njit(cache=True)
-def run_times(lp, bufs, bn, bmin, tab, arena, meta, ups, times, stats, info):
+def new_counters(widths, n_nodes, big):
+    """A loop's counters ``cn`` for buffers of row widths ``widths`` (16 rows each, as
+    ``kernels.runtime.add_seq_loop`` makes them), nothing queued, and statistics for
+    ``n_nodes`` nodes (see C_BUF)."""
+    nb = widths.shape[0]
+    cn = np.zeros(C_BUF + 3 * nb + 4 * n_nodes, np.int64)
+    cn[SC_BIG] = big
+    cn[SC_STATS] = C_BUF + 3 * nb
+    for x in range(nb):
+        cn[_bmin(x)] = INF
+        cn[_bwords(x)] = 16 * widths[x]
+        if cn[_bwords(x)] >= big:
+            cn[SC_NBIG] += 1
+    return cn
+
+
+@njit(cache=True, nogil=True)
+def buf_count(cn, x):
+    """Rows held by buffer ``x``."""
+    return cn[_bn(x)]
+
+
+@njit(cache=True, nogil=True)
+def set_buf_count(cn, x, n):
+    cn[_bn(x)] = n
+
+
+@njit(cache=True, nogil=True)
+def put_buf(bufs, cn, x, b):
+    """Make ``b`` buffer ``x`` (from outside the loop: see :func:`_put`)."""
+    _put(bufs, cn, x, b)
+
+
+@njit(cache=True)
+def run_times(lp, bufs, cn, tab, arena, meta, ups, times, stats, info):
     """Run a loop over the outer times ``times`` (ascending): ``ups[e]`` holds the
     updates of the loop's ``e``-th enter, sorted by time (``(data, times (t, 0),
-    diffs)``). Leaves' rows accumulate in their buffers. Returns ``(status, tab,
-    arena)``; ``status`` is OK or ITERATION_LIMIT (``info[0:2]`` = loop, iteration).
-    ``info[2]`` counts rounds."""
+    diffs)``). Leaves' rows accumulate in their buffers (their counts in ``cn``).
+    Returns ``(status, tab, arena)``; ``status`` is OK or ITERATION_LIMIT (``info[0:2]``
+    = loop, iteration). ``info[2]`` counts rounds; the steps' statistics, counted in
+    ``cn``, are added to ``stats`` when the run returns."""
     nodes = _nodes(lp)
     misc = _fld(lp, F_MISC)
-    # the program's parts, sliced once (the steps take them as a tuple)
-    qs = _fld(lp, F_QUEUES)
-    pg = (nodes, _routes(lp), _fld(lp, F_PROJ), _fld(lp, F_CHAIN), qs)
     loop = misc[0]
     maxit = misc[1]
-    big = misc[2]
     nl = nodes.shape[0]
     ne = len(ups)
     ptr = np.zeros(ne, np.int64)
-    scr = np.zeros(SC_LEN, np.int64)
-    scr[SC_BIG] = big
+    cn[SC_BIG] = misc[2]
+    status = OK
     for ti in range(times.shape[0]):
         t = times[ti]
         for ln in range(nl):
@@ -1276,66 +1362,78 @@ def run_times(lp, bufs, bn, bmin, tab, arena, meta, ups, times, stats, info):
                 continue
             sb = nodes[ln, P_D]
             if _buf(bufs, sb).shape[0] < b - a:
-                bufs[sb] = _grown(_buf(bufs, sb), 0, b - a)
+                _put(bufs, cn, sb, _grown(_buf(bufs, sb), 0, b - a))
             _stage(d, f, a, b, _buf(bufs, sb))
-            g = nodes[ln, P_NODE]
-            stats[g, 0] += 1
-            stats[g, 1] += b - a
-            _emit(pg, bufs, bn, bmin, stats, ln, _buf(bufs, sb), b - a, t)
-            _drop_empty(bufs, bn, sb, big)
-            if b == f.shape[0] and b * (d.shape[1] + 3) >= big:
+            g = cn[SC_STATS] + 4 * nodes[ln, P_NODE]
+            cn[g] += 1
+            cn[g + 1] += b - a
+            _emit(nodes, lp, bufs, cn, ln, _buf(bufs, sb), b - a, t)
+            _drop_empty(bufs, cn, sb)
+            if b == f.shape[0] and b * (d.shape[1] + 3) >= cn[SC_BIG]:
                 # all taken: a large input (a load) is not held for the rest of the run
                 ups[x] = (np.empty((0, d.shape[1]), np.int64), np.empty((0, 2), np.int64),
                           np.empty(0, np.int64))
                 ptr[x] = 0
-        j = _next_round(qs, bn, bmin, np.int64(0))
+        j = _next_round(lp, cn, np.int64(0))
         while j >= 0:
             if maxit >= 0 and j >= maxit:
                 info[0] = loop
                 info[1] = j
-                return ITERATION_LIMIT, tab, arena
+                status = ITERATION_LIMIT
+                break
             if maxit < 0 and j >= 10_000 and (info[3] >> min(loop, 62)) & 1 == 0:
                 info[3] |= 1 << min(loop, 62)
                 _cb_warn(loop, j)
             meta[M_EPOCH] += 1
             for ln in range(nl):
-                # (the checks before each call skip nodes without work this round)
+                # (the checks before each call skip nodes without work this round; an
+                # idle node's big empty buffers go back, when there are any)
                 kind = nodes[ln, P_KIND]
                 if kind == S_ARRANGE or kind == S_CONSOL or kind == S_FEEDBACK:
                     q = nodes[ln, P_Q]
-                    if bn[q] and bmin[q] <= j:
-                        _step_buffered(pg, bufs, bn, bmin, stats, ln, t, j, scr)
+                    if cn[_bn(q)] and cn[_bmin(q)] <= j:
+                        _step_buffered(nodes, lp, bufs, cn, ln, t, j)
                     else:
-                        bn[nodes[ln, P_D]] = 0
-                        _drop_idle(nodes, bufs, bn, ln, big)
+                        cn[_bn(nodes[ln, P_D])] = 0
+                        if cn[SC_NBIG]:
+                            _drop_idle(nodes, bufs, cn, ln)
                 elif kind == S_JOIN:
-                    if bn[nodes[nodes[ln, P_LEFT], P_D]] or \
-                            bn[nodes[nodes[ln, P_RIGHT], P_D]]:
-                        tab, arena = _step_join(pg, bufs, bn, bmin, stats, tab, arena,
-                                                meta, ln, t, j, scr)
-                    else:
-                        _drop_idle(nodes, bufs, bn, ln, big)
+                    if cn[_bn(nodes[nodes[ln, P_LEFT], P_D])] or \
+                            cn[_bn(nodes[nodes[ln, P_RIGHT], P_D])]:
+                        tab, arena = _step_join(nodes, lp, bufs, cn, tab, arena, meta, ln,
+                                                t, j)
+                    elif cn[SC_NBIG]:
+                        _drop_idle(nodes, bufs, cn, ln)
                 elif kind == S_REDUCE:
                     q = nodes[ln, P_Q]
-                    if bn[nodes[nodes[ln, P_ARR], P_D]] or (bn[q] and bmin[q] <= j):
-                        tab, arena = _step_reduce(pg, bufs, bn, bmin, stats, tab, arena,
-                                                  meta, ln, t, j, scr)
-                    else:
-                        _drop_idle(nodes, bufs, bn, ln, big)
+                    if cn[_bn(nodes[nodes[ln, P_ARR], P_D])] or \
+                            (cn[_bn(q)] and cn[_bmin(q)] <= j):
+                        tab, arena = _step_reduce(nodes, lp, bufs, cn, tab, arena, meta,
+                                                  ln, t, j)
+                    elif cn[SC_NBIG]:
+                        _drop_idle(nodes, bufs, cn, ln)
             # deltas of arrangements not inserted by their reader go in now
             for ln in range(nl):
                 if nodes[ln, P_KIND] != S_ARRANGE:
                     continue
                 d = nodes[ln, P_D]
-                if bn[d] and nodes[ln, P_FUSED] == 0:
+                if cn[_bn(d)] and nodes[ln, P_FUSED] == 0:
                     kw = nodes[ln, P_KW]
                     tab, arena = insert_delta(
-                        tab, arena, meta, nodes[ln, P_TAG], 0, _buf(bufs, d), bn[d], kw,
-                        nodes[ln, P_W] - kw, j,
+                        tab, arena, meta, nodes[ln, P_TAG], 0, _buf(bufs, d), cn[_bn(d)],
+                        kw, nodes[ln, P_W] - kw, j,
                         "arrange: a count overflows int64 (in a loop)")
-                bn[d] = 0
+                cn[_bn(d)] = 0
             info[2] += 1
-            j = _next_round(qs, bn, bmin, j + 1)
+            j = _next_round(lp, cn, j + 1)
+        if status != OK:
+            break
+    # the steps' statistics (kept in cn, so that they are not lost if a step raises)
+    so = cn[SC_STATS]
+    for g in range(stats.shape[0]):
+        for k in range(4):
+            stats[g, k] += cn[so + 4 * g + k]
+            cn[so + 4 * g + k] = 0
     # (the leaves' rows, summed where one follows its like (_leave_copy), are
     # consolidated outside in one sort for the whole run: see kernels.runtime, K_LEAVE)
-    return OK, tab, arena
+    return status, tab, arena

@@ -936,7 +936,7 @@ def test_sequential_loop_gives_back_idle_buffers(monkeypatch, big):
     rng = np.random.default_rng(12)
     n, m = 2000, 4000
     df, inputs, check, src, dst = _seq_reach(rng, n, m, 4)
-    lp, _bn, _bmin = df._native.st[12][0]
+    lp, cn = df._native.st[12][0]
     nodes = S._nodes(lp)
     stage = [int(nodes[i, S.P_D]) for i in range(nodes.shape[0])
              if nodes[i, S.P_KIND] == S.S_ENTER]
@@ -947,6 +947,18 @@ def test_sequential_loop_gives_back_idle_buffers(monkeypatch, big):
         assert rows == [16] * len(stage)
     check(0, src, dst)
     _slide(rng, df, inputs, check, src, dst, [1, 7, 40], n)
+    _check_counters(df, S, S.IDLE_BIG_WORDS)
+
+
+def _check_counters(df, S, big):
+    """The sequential loop's counters know each buffer's size (the idle check reads
+    them, not the buffers) and how many are big."""
+    lp, cn = df._native.st[12][0]
+    bufs = df._native.st[13][0]
+    words = [b.shape[0] * b.shape[1] for b in bufs]
+    assert [int(cn[S.C_BUF + 3 * x + 2]) for x in range(len(bufs))] == words
+    assert int(cn[S.SC_NBIG]) == sum(w >= big for w in words)
+    assert int(cn[S.SC_BIG]) == big
 
 
 def _node_rows(df, cls):
