@@ -672,12 +672,12 @@ def _shrink(arena, meta, off, cp, ln, fresh):
 
 
 @leaf
-def _ins_plan(tab, tag, blk, dd, n, kw, need):
-    """Rows and arena entries that inserting the key groups of delta ``dd[:n]`` into
+def _ins_plan(tab, tag, blk, dd, r0, n, kw, need):
+    """Rows and arena entries that inserting the key groups of delta ``dd[r0:n]`` into
     block ``blk`` of trace ``tag`` may take: adds to ``need[0]`` (rows) and
     ``need[1]`` (entries)."""
     pf = _pf_on(tab)
-    r = np.int64(0)
+    r = r0
     while r < n:
         if pf and r + PF_AHEAD < n:
             _pf_slot(tab, dd, r + PF_AHEAD, kw)
@@ -694,12 +694,15 @@ def _ins_plan(tab, tag, blk, dd, n, kw, need):
 
 
 @leaf
-def _ins_apply(tab, arena, meta, tag, blk, dd, n, kw, vw, it):
-    """Add delta ``dd[:n]`` at iteration ``it`` to block ``blk`` of trace ``tag``, space
-    planned by :func:`_ins_plan`. Returns 0 or OVERFLOW (the state is then
-    inconsistent: the caller raises)."""
+def _ins_apply(tab, arena, meta, tag, blk, dd, r0, n, kw, vw, it):
+    """Add the key groups of delta ``dd[r0:n]`` at iteration ``it`` to block ``blk`` of
+    trace ``tag``. Returns ``n`` when done; the row of the first key group it could
+    not add, without touching it, when the table is at its load bound and the key is
+    new, or the arena's top lacks the entries the key may take (see
+    :func:`insert_delta`); or OVERFLOW (the state is then inconsistent: the caller
+    raises)."""
     pf = _pf_on(tab)
-    r = np.int64(0)
+    r = r0
     nxt = np.int64(-1)      # the next key's row, found while prefetching (-1: none)
     while r < n:
         e = r + 1
@@ -719,11 +722,16 @@ def _ins_apply(tab, arena, meta, tag, blk, dd, n, kw, vw, it):
         if row < 0:
             row = _find(tab, tag, dd, r, 2, kw)
         if row < 0:
+            if (meta[M_ROWS] + 1) * _LOAD_DEN > tab.shape[0] * _LOAD_NUM or \
+                    meta[M_TOP] + _cap(e - r) > arena.shape[0]:
+                return r
             row = _new_row(tab, meta, -1 - row, tag, dd, r, 2, kw)
+        elif meta[M_TOP] + _block_need(tab, row, blk, e - r) > arena.shape[0]:
+            return r
         if _block_add(tab, arena, meta, row, blk, dd, r, e, 2 + kw, vw, 1, it) != 0:
             return OVERFLOW
         r = e
-    return 0
+    return n
 
 
 @njit(cache=True, nogil=True)
@@ -731,15 +739,25 @@ def insert_delta(tab, arena, meta, tag, blk, dd, n, kw, vw, it, what):
     """Add the delta ``dd[:n]`` (rows ``(iteration, diff, key, vals)`` sorted by key
     and vals, consolidated) at iteration ``it`` to block ``blk`` of trace ``tag``.
     Returns ``(tab, arena)``, grown if needed. Raises ``OverflowError`` (message
-    ``what``) when a diff sum leaves int64."""
-    if n == 0:
-        return tab, arena
-    need = np.zeros(2, np.int64)
-    _ins_plan(tab, tag, blk, dd, n, kw, need)
-    tab = ensure_rows(tab, meta, need[0])
-    arena = ensure_entries(tab, arena, meta, need[1])
-    if _ins_apply(tab, arena, meta, tag, blk, dd, n, kw, vw, it) != 0:
-        raise OverflowError(what)
+    ``what``) when a diff sum leaves int64.
+
+    Keys go in until one lacks room; only then are the rest planned (one more lookup
+    per key, :func:`_ins_plan`) and the table and arena grown once for all of them.
+    Most inserts find room, so they look each key up once."""
+    r = np.int64(0)
+    grown = np.int64(-1)
+    while r < n:
+        r = _ins_apply(tab, arena, meta, tag, blk, dd, r, n, kw, vw, it)
+        if r == OVERFLOW:
+            raise OverflowError(what)
+        if r < n:
+            if r == grown:
+                raise RuntimeError("insert_delta: internal error: no room after growing")
+            grown = r
+            need = np.zeros(2, np.int64)
+            _ins_plan(tab, tag, blk, dd, r, n, kw, need)
+            tab = ensure_rows(tab, meta, need[0])
+            arena = ensure_entries(tab, arena, meta, need[1])
     return tab, arena
 
 

@@ -125,6 +125,36 @@ def test_hstate_rows_of_cancelled_keys_are_collected():
     assert tab.shape[0] <= 4096
 
 
+def test_insert_resumes_where_room_ran_out():
+    """``_ins_apply`` adds key groups until one lacks room (a new key with the table
+    at its load bound, or too few arena entries at the top) and returns that group's
+    first row with nothing of it added; ``insert_delta`` then plans the rest, grows
+    the table and the arena, and goes on from there."""
+    tag, (kw, vw) = 3, SHAPES[3]                  # one key word, two value words
+    tab, arena, meta = H.new_state(2, 2)
+    keys = np.repeat(np.arange(300), 2)
+    dd = np.zeros((600, 2 + kw + vw), np.int64)
+    dd[:, 0] = 4
+    dd[:, 1] = np.tile([1, -3], 300)
+    dd[:, 2] = keys
+    dd[:, 3] = np.tile([5, 9], 300)
+    dd[:, 4] = 7
+    r = int(H._ins_apply(tab, arena, meta, tag, 0, dd, 0, 600, kw, vw, 4))
+    assert 0 < r < 600 and r % 2 == 0            # stopped at a key's first row
+    rows = H.find_rows(tab, tag, np.arange(300).reshape(-1, 1), kw)
+    assert (rows[:r // 2] >= 0).all() and (rows[r // 2:] < 0).all()
+    # (called again it stops there again: nothing of that key went in)
+    assert int(H._ins_apply(tab, arena, meta, tag, 0, dd, r, 600, kw, vw, 4)) == r
+    tab, arena = H.insert_delta(tab, arena, meta, tag, 0, np.ascontiguousarray(dd[r:]),
+                                600 - r, kw, vw, 4, "x")
+    model = {(tag, 0, (int(x[2]),), (int(x[3]), int(x[4])), 4): int(x[1]) for x in dd}
+    _check(tab, arena, meta, model)
+    # the whole delta through insert_delta on a fresh state: the same contents
+    t2, a2, m2 = H.new_state(2, 2)
+    t2, a2 = H.insert_delta(t2, a2, m2, tag, 0, dd, 600, kw, vw, 4, "x")
+    _check(t2, a2, m2, model)
+
+
 def test_hstate_long_blocks_and_growth():
     """One key with thousands of entries (the merge path), many keys (rehashes)."""
     rng = np.random.default_rng(5)
