@@ -544,10 +544,17 @@ class Dataflow:
             if self._native is None:
                 from ddnumba.native import compile_dataflow
                 self._native = compile_dataflow(self, self.engine) or False
-            if self._native:
-                self._native.run()
-            else:
-                self.root.run_pass()
+            try:
+                if self._native:
+                    self._native.run()
+                else:
+                    self.root.run_pass()
+            except BaseException as e:
+                # the run stopped part-way (an overflow, a user function raising, an
+                # interrupt): some operators have taken the updates and others not,
+                # so no later run could be right; say so instead of going on
+                self._failed = f"{type(e).__name__}: {e}"
+                raise
         else:
             self._run_workers()
         self.runs += 1
