@@ -61,8 +61,7 @@ from .reduce import (L_CALLBACK, L_COUNT, L_DISTINCT, L_MAX, L_MIN, L_SUM,  # no
                      L_TOP_K, LOGIC, _accumulate, _logic_count, _logic_extreme,
                      _logic_sum, _logic_top_k)
 from .rows import add_checked, leaf, mul_checked
-from .seqloop import F_MISC as SEQ_F_MISC, S_LEAVE as SEQ_LEAVE, _nodes as seq_nodes
-from .seqloop import pack_fields
+from .seqloop import S_LEAVE as SEQ_LEAVE, _nodes as seq_nodes, pack_fields
 from .seqloop import leave_rows as seq_leave_rows, run_times as seq_run_times
 from .seqloop import (buf_count as seq_buf_count, new_counters as seq_new_counters,
                       put_buf as seq_put_buf, set_buf_count as seq_set_buf_count)
@@ -205,8 +204,7 @@ def add_seq_loop(st, l, lp, widths):
     """Give loop ``l`` its sequential program ``lp`` and one empty buffer per entry of
     ``widths`` (row widths)."""
     nb = widths.shape[0]
-    misc = lp[lp[SEQ_F_MISC]:lp[SEQ_F_MISC + 1]]
-    st[12][l] = (lp, seq_new_counters(widths, st[10].shape[0], misc[2]))
+    st[12][l] = (lp, seq_new_counters(lp, widths, st[10].shape[0]))
     bl = st[13][l]
     bl.clear()
     for b in range(nb):

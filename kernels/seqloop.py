@@ -218,6 +218,7 @@ def _nodes(lp):
 
 @njit(cache=True, nogil=True, inline="always")
 def _routes(lp):
+    """The route matrix of program ``lp`` (for reading it: the steps index ``lp``)."""
     a = lp[lp[F_ROUTES]:lp[F_ROUTES + 1]]
     return a.reshape((a.shape[0] // RTW, RTW))
 
@@ -1296,10 +1297,11 @@ def leave_rows(buf, n, w, step):
 
 
 @njit(cache=True)
-def new_counters(widths, n_nodes, big):
-    """A loop's counters ``cn`` for buffers of row widths ``widths`` (16 rows each, as
-    ``kernels.runtime.add_seq_loop`` makes them), nothing queued, and statistics for
-    ``n_nodes`` nodes (see C_BUF)."""
+def new_counters(lp, widths, n_nodes):
+    """The counters ``cn`` of loop program ``lp`` for buffers of row widths ``widths``
+    (16 rows each, as ``kernels.runtime.add_seq_loop`` makes them), nothing queued, and
+    statistics for ``n_nodes`` nodes (see C_BUF)."""
+    big = _fld(lp, F_MISC)[2]
     nb = widths.shape[0]
     cn = np.zeros(C_BUF + 3 * nb + 4 * n_nodes, np.int64)
     cn[SC_BIG] = big
@@ -1320,6 +1322,7 @@ def buf_count(cn, x):
 
 @njit(cache=True, nogil=True)
 def set_buf_count(cn, x, n):
+    """Set the rows held by buffer ``x`` (a leave's, once taken out)."""
     cn[_bn(x)] = n
 
 
@@ -1344,7 +1347,6 @@ def run_times(lp, bufs, cn, tab, arena, meta, ups, times, stats, info):
     nl = nodes.shape[0]
     ne = len(ups)
     ptr = np.zeros(ne, np.int64)
-    cn[SC_BIG] = misc[2]
     status = OK
     for ti in range(times.shape[0]):
         t = times[ti]
