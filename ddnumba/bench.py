@@ -28,6 +28,9 @@ after every single change).
 ``python -m ddnumba.bench profile --nodes N --batch B`` runs the same workload under
 Linux ``perf`` and prints where the time goes by kernel (see :mod:`ddnumba.profiling`);
 with ``--callers`` it also splits reference counting by the kernel that calls it.
+
+``python -m ddnumba.bench ab --base REV`` compares two versions of the code on this
+workload in one sitting, in alternating fresh processes (see :mod:`ddnumba.benchab`).
 """
 from __future__ import annotations
 
@@ -477,7 +480,12 @@ def main(argv=None):
                     help="use Numba's on-disk cache (faster start, but helpers inside "
                          "cached kernels get no names, so their samples are counted "
                          "under a neighbouring symbol)")
+    from . import benchab
+    benchab.add_parser(sub)
     args = p.parse_args(argv)
+    if args.cmd == "ab":
+        benchab.main(args)
+        return
     if args.cmd == "profile" and not args.cached and not os.environ.get("_DDNUMBA_FRESH"):
         # Named helpers need code compiled in this process: rerun with an empty cache
         # (the kernels compile afresh, a few minutes).

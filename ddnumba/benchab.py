@@ -1,0 +1,228 @@
+"""A/B runs of the reachability benchmark: ``python -m ddnumba.bench ab --base REV``.
+
+Benchmark sittings on a shared 2-core machine differ by up to 1.5x, so a figure from
+one sweep says little about whether a change helped. This compares two versions of
+the code in one sitting: each run is a fresh process (one load of the graph, then the
+window fed ``B`` changes per ``run()``, the answer checked against scipy BFS), and the
+two versions alternate, ABBA, so that drift in the machine's speed falls on both.
+
+A side is a git revision (checked out once as a detached worktree under ``--workdir``
+and reused by later comparisons, so its kernels compile only on first use) or a
+directory holding a ddnumba checkout; ``--new`` defaults to the checkout this module
+lives in, uncommitted changes included. Each child process imports ``ddnumba`` and
+``ddnumba.kernels`` from its side's tree (and checks that it did), whatever ddnumba
+the interpreter has installed.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["checkout", "probe", "run_side", "compare", "summarize", "main"]
+
+_TAG = "ABRESULT "
+
+# Runs in the child: import ddnumba (and ddnumba.kernels, which an installed ddnumba
+# maps elsewhere) from the tree given, then run the benchmark or only report paths.
+_CHILD = r"""
+import importlib.abc, importlib.util, inspect, json, os, resource, sys
+tree, args = os.path.realpath(sys.argv[1]), json.loads(sys.argv[2])
+kdir = os.path.join(tree, "kernels")
+
+class _Kernels(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "ddnumba.kernels":
+            return importlib.util.spec_from_file_location(
+                name, os.path.join(kdir, "__init__.py"), submodule_search_locations=[kdir])
+        return None
+
+sys.meta_path.insert(0, _Kernels())
+sys.path.insert(0, tree)
+import ddnumba, ddnumba.kernels, ddnumba.bench as bench
+files = {"ddnumba": os.path.realpath(ddnumba.__file__),
+         "kernels": os.path.realpath(ddnumba.kernels.__file__)}
+for what, f in files.items():
+    if not f.startswith(tree + os.sep):
+        raise SystemExit(f"ab: {what} was imported from {f}, not from {tree}")
+res = {"files": files}
+if not args.get("probe"):
+    params = inspect.signature(bench.run_reach).parameters
+    kw = {k: v for k, v in args["kw"].items() if k in params}
+    res["ignored"] = sorted(k for k, v in args["kw"].items() if k not in params and v)
+    out = bench.run_reach(args["n"], args["batch"], args["changes"], **kw)
+    for k in ("p50_ms", "p99_ms", "changes_per_s", "load_s", "check", "engine", "loops"):
+        res[k] = out.get(k)
+    res["peak_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20
+print("ABRESULT " + json.dumps(res), flush=True)
+"""
+
+
+def _git(repo, *args):
+    r = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
+    if r.returncode:
+        raise SystemExit(f"ab: git {' '.join(args)} failed: {r.stderr.strip()}")
+    return r.stdout.strip()
+
+
+def _own_tree():
+    """The checkout this module belongs to (it must have ``kernels/`` beside
+    ``ddnumba/``)."""
+    tree = Path(__file__).resolve().parents[1]
+    if not (tree / "kernels" / "__init__.py").is_file():
+        raise SystemExit(f"ab: {tree} is not a ddnumba checkout (no kernels/); give "
+                         f"--new a checkout or a revision")
+    return tree
+
+
+def default_workdir():
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"),
+                                                            ".cache")
+    return Path(base) / "ddnumba" / "ab"
+
+
+def checkout(spec, *, repo=None, workdir=None):
+    """``(label, tree)`` of a side: ``spec`` is a directory holding a ddnumba checkout,
+    or a git revision of ``repo`` (default: this module's checkout), checked out as a
+    detached worktree ``workdir/<commit>`` unless one is there already."""
+    path = Path(spec)
+    if path.is_dir():
+        tree = path.resolve()
+        if not ((tree / "ddnumba" / "__init__.py").is_file()
+                and (tree / "kernels" / "__init__.py").is_file()):
+            raise SystemExit(f"ab: {tree} is not a ddnumba checkout (needs ddnumba/ and "
+                             f"kernels/)")
+        return str(tree), tree
+    repo = Path(repo) if repo else _own_tree()
+    r = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "--quiet",
+                        f"{spec}^{{commit}}"], capture_output=True, text=True)
+    sha = r.stdout.strip() if r.returncode == 0 else ""
+    if not sha:
+        raise SystemExit(f"ab: {spec!r} is neither a directory nor a revision of {repo}")
+    tree = Path(workdir or default_workdir()).resolve() / sha[:12]
+    if not (tree / "kernels" / "__init__.py").is_file():
+        tree.parent.mkdir(parents=True, exist_ok=True)
+        _git(repo, "worktree", "prune")
+        _git(repo, "worktree", "add", "--detach", "--force", str(tree), sha)
+    elif _git(tree, "rev-parse", "HEAD") != sha:
+        raise SystemExit(f"ab: {tree} exists but is not at {sha}; remove it")
+    return f"{spec} ({sha[:12]})", tree
+
+
+def _child(tree, args, *, timeout=None):
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    r = subprocess.run([sys.executable, "-c", _CHILD, str(tree), json.dumps(args)],
+                       cwd=str(tree), env=env, capture_output=True, text=True,
+                       timeout=timeout)
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith(_TAG)]
+    if r.returncode or not lines:
+        tail = "\n".join((r.stderr or r.stdout).strip().splitlines()[-15:])
+        raise SystemExit(f"ab: the run in {tree} failed (exit {r.returncode}):\n{tail}")
+    return json.loads(lines[-1][len(_TAG):])
+
+
+def probe(tree):
+    """Where a child process for ``tree`` imports ddnumba and its kernels from."""
+    return _child(tree, {"probe": True})["files"]
+
+
+def run_side(tree, n, batch, changes, *, engine="native", loops=None, timeout=None):
+    """One fresh process of the benchmark in ``tree``: its figures (``p50_ms``,
+    ``changes_per_s``, ``load_s``, ``peak_gib``, ``check``, ...)."""
+    kw = {"recompute": True, "engine": engine, "loops": loops}
+    return _child(tree, {"n": n, "batch": batch, "changes": changes, "kw": kw},
+                  timeout=timeout)
+
+
+def summarize(runs):
+    """Medians per side and the new/base ratios of ``runs``, a list of
+    ``(pair, side, figures)`` with ``side`` in ``("base", "new")``."""
+    out = {}
+    for side in ("base", "new"):
+        figs = [f for _, s, f in runs if s == side]
+        out[side] = {k: float(np.median([f[k] for f in figs]))
+                     for k in ("p50_ms", "changes_per_s", "load_s", "peak_gib")}
+    pairs = sorted({p for p, _, _ in runs})
+    by = {(p, s): f for p, s, f in runs}
+    per_pair = [by[p, "new"]["changes_per_s"] / by[p, "base"]["changes_per_s"]
+                for p in pairs if (p, "base") in by and (p, "new") in by]
+    out["ratio"] = out["new"]["changes_per_s"] / out["base"]["changes_per_s"]
+    out["pair_ratios"] = per_pair
+    out["pairs_new_faster"] = sum(r > 1 for r in per_pair)
+    out["check"] = all(f.get("check") for _, _, f in runs)
+    return out
+
+
+def compare(base, new, *, nodes=1000, batch=1000, changes=None, pairs=4,
+            engine="native", loops=None, workdir=None, out=print):
+    """Alternate fresh processes of the two sides (ABBA), ``pairs`` of each; print a
+    line per run and the summary; return ``(runs, summary)``."""
+    changes = changes or max(20 * batch, 200)
+    (lb, tb), (ln, tn) = (checkout(base, workdir=workdir),
+                          checkout(new, workdir=workdir) if new else
+                          (f"working tree ({_own_tree()})", _own_tree()))
+    out(f"ab: base = {lb}\n    new  = {ln}\n    N={nodes} B={batch}, {changes} changes "
+        f"per run, engine={engine}, loops={loops or 'default'}, {pairs} pairs")
+    for tree, label in {tb: lb, tn: ln}.items():
+        # The first run in a tree compiles its kernels into the tree's own cache.
+        out(f"ab: warming {label} (compiles its kernels on first use: minutes)")
+        fig = run_side(tree, min(nodes, 200), 10, 20, engine=engine, loops=loops)
+        if fig.get("ignored"):
+            out(f"ab: warning: {label} has no option {', '.join(fig['ignored'])}; its "
+                f"runs use its defaults")
+    runs = []
+    out(f"{'pair':>4} {'side':>4} {'p50_ms':>10} {'changes/s':>11} {'load_s':>7} "
+        f"{'peak_GiB':>8} check")
+    for p in range(pairs):
+        order = ("base", "new") if p % 2 == 0 else ("new", "base")
+        for side in order:
+            fig = run_side(tb if side == "base" else tn, nodes, batch, changes,
+                           engine=engine, loops=loops)
+            runs.append((p, side, fig))
+            out(f"{p + 1:>4} {side:>4} {fig['p50_ms']:>10.3f} "
+                f"{fig['changes_per_s']:>11.0f} {fig['load_s']:>7.2f} "
+                f"{fig['peak_gib']:>8.2f} {fig['check']}")
+    s = summarize(runs)
+    b, n_ = s["base"], s["new"]
+    out(f"median p50: base {b['p50_ms']:.3f} ms, new {n_['p50_ms']:.3f} ms; changes/s: "
+        f"base {b['changes_per_s']:.0f}, new {n_['changes_per_s']:.0f}: new/base "
+        f"{s['ratio']:.3f}x; new faster in {s['pairs_new_faster']} of "
+        f"{len(s['pair_ratios'])} pairs (ratios "
+        f"{', '.join(f'{r:.3f}' for r in s['pair_ratios'])})")
+    out(f"median load: base {b['load_s']:.2f} s, new {n_['load_s']:.2f} s; peak: base "
+        f"{b['peak_gib']:.2f} GiB, new {n_['peak_gib']:.2f} GiB; answers "
+        f"{'all match BFS' if s['check'] else 'DO NOT all match BFS'}")
+    return runs, s
+
+
+def add_parser(sub):
+    a = sub.add_parser("ab", help="compare two versions of the code in one sitting")
+    a.add_argument("--base", required=True,
+                   help="git revision (checked out as a worktree) or checkout directory")
+    a.add_argument("--new", default=None,
+                   help="the same; default: this checkout's working tree")
+    a.add_argument("--nodes", type=int, default=1000)
+    a.add_argument("--batch", type=int, default=1000)
+    a.add_argument("--changes", type=int, default=None,
+                   help="changes per run (default: max(20 * B, 200))")
+    a.add_argument("--pairs", type=int, default=4)
+    a.add_argument("--engine", choices=("auto", "native", "python"), default="native")
+    a.add_argument("--loops", choices=("rounds", "sequential"), default=None)
+    a.add_argument("--workdir", default=None,
+                   help=f"where revisions are checked out (default {default_workdir()})")
+
+
+def main(args):
+    if args.pairs < 1:
+        raise SystemExit("ab: --pairs must be at least 1")
+    _, s = compare(args.base, args.new, nodes=args.nodes, batch=args.batch,
+                   changes=args.changes, pairs=args.pairs, engine=args.engine,
+                   loops=args.loops, workdir=args.workdir,
+                   out=lambda m: print(m, flush=True))
+    if not s["check"]:
+        raise SystemExit(1)
