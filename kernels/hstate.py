@@ -395,10 +395,16 @@ def _move_rows(src, dst, n, step):
         r0 = r1
 
 
+@njit(cache=True, nogil=True, inline="always")
+def rows_room(tab, meta, more):
+    """Whether the table takes ``more`` new rows within its load bound."""
+    return (meta[M_ROWS] + more) * _LOAD_DEN <= tab.shape[0] * _LOAD_NUM
+
+
 @njit(cache=True, nogil=True)
 def ensure_rows(tab, meta, more):
     """``tab``, or a larger copy, with room for ``more`` new rows at the load bound."""
-    if (meta[M_ROWS] + more) * _LOAD_DEN <= tab.shape[0] * _LOAD_NUM:
+    if rows_room(tab, meta, more):
         return tab
     return _rehash(tab, _table_cap(meta[M_ROWS] + more), _move_step(tab))
 
@@ -744,7 +750,14 @@ def insert_delta(tab, arena, meta, tag, blk, dd, n, kw, vw, it, what):
     Keys go in until one lacks room; only then are the rest planned (one more lookup
     per key, :func:`_ins_plan`) and the table and arena grown once for all of them.
     Most inserts find room, so they look each key up once."""
-    r = np.int64(0)
+    return insert_from(tab, arena, meta, tag, blk, dd, 0, n, kw, vw, it, what)
+
+
+@njit(cache=True, nogil=True)
+def insert_from(tab, arena, meta, tag, blk, dd, r0, n, kw, vw, it, what):
+    """:func:`insert_delta` of the rows ``dd[r0:n]`` (``r0`` at a key group's first
+    row): the rest of an insert that :func:`_ins_apply` stopped at ``r0``."""
+    r = r0
     grown = np.int64(-1)
     while r < n:
         r = _ins_apply(tab, arena, meta, tag, blk, dd, r, n, kw, vw, it)

@@ -33,6 +33,46 @@ def leaf(fn):
     return njit(cache=True, nogil=True, _nrt=False)(fn)
 
 
+def list_leaf(fn):
+    """A :func:`leaf` that takes a typed list (of arrays) and reads it with
+    :func:`list_item`. Such a function can only be called from compiled code: a
+    Python caller would need Numba's wrapper, which unboxes the list with reference
+    counting."""
+    return njit(cache=True, nogil=True, _nrt=False, no_cpython_wrapper=True)(fn)
+
+
+@intrinsic
+def list_item(typingctx, lst, i):
+    """Item ``i`` of typed list ``lst``, unchecked. In a leaf kernel it is borrowed
+    (no reference taken: the list, kept alive by the caller, holds one); elsewhere a
+    reference is taken, as for ``lst[i]``. (``getitem_unchecked`` cannot be used in a
+    leaf: it is a compiled function returning an array it was not given.)"""
+    from numba.typed.typedobjectutils import _container_get_data
+    if not (isinstance(lst, types.ListType) and isinstance(i, types.Integer)):
+        return None
+    ity = lst.item_type
+    sig = ity(lst, i)
+
+    def codegen(context, builder, signature, args):
+        lv, iv = args
+        fnty = ir.FunctionType(cgutils.voidptr_t, [cgutils.voidptr_t])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "numba_list_base_ptr")
+        fn.attributes.add("alwaysinline")
+        fn.attributes.add("nounwind")
+        fn.attributes.add("readonly")
+        base = builder.call(fn, [_container_get_data(context, builder,
+                                                      signature.args[0], lv)])
+        llty = context.get_data_type(ity)
+        idx = context.cast(builder, iv, signature.args[1], types.intp)
+        ptr = cgutils.gep(builder, builder.bitcast(base, llty.as_pointer()), idx)
+        item = context.data_model_manager[ity].load_from_data_pointer(builder, ptr)
+        if context.enable_nrt:
+            context.nrt.incref(builder, ity, item)
+        return item
+
+    return sig, codegen
+
+
 @intrinsic
 def prefetch_row(typingctx, arr, r):
     """Hint the CPU to load row ``r`` of the 2-D C array ``arr`` into the cache (LLVM's

@@ -58,9 +58,13 @@ The time is done when no queue holds anything; the next round is the least itera
 queued. A loop that keeps changing hits its ``max_iterations`` (the executor reports
 it) or, without one, warns once past iteration 10,000.
 
-Per-key work is in *leaf* kernels (:func:`ddnumba.kernels.rows.leaf`: no reference
-counting, no allocation); when a buffer, the table or the arena is too small they stop
-before touching the key and report, and their wrapper grows it and resumes there.
+The steps are *leaf* kernels (:func:`ddnumba.kernels.rows.leaf`: no reference
+counting, no allocation), down to the per-key work, and read the buffer list without
+taking references (:func:`ddnumba.kernels.rows.list_item`). When a buffer, the table or
+the arena is too small, a step stops before the key (or the row group, or the emit)
+that needs it and returns a *request*; ``run_times`` grows what was asked for
+(:func:`_serve`) and calls the step again, which resumes at its stage and position.
+So a round takes and drops no references unless something has to grow.
 """
 import numpy as np
 from numba import njit
@@ -68,11 +72,12 @@ from numba import njit
 from .batch import sort_consolidate
 from .hooks import _cb_warn, release_rows
 from .hstate import (M_EPOCH, M_TOP, OVERFLOW, RW_EXTRA, _block_add, _block_need,
-                     _find, _new_row, blen, ensure_entries, ensure_rows, insert_delta)
+                     _find, _ins_apply, _new_row, blen, ensure_entries, ensure_rows,
+                     insert_from, rows_room)
 from .hstate import PF_AHEAD, _pf_block, _pf_on, _pf_slot
 from .hstate import _same_key as _same
 from .reduce import L_COUNT, L_DISTINCT, L_MAX, L_MIN, L_SUM, L_TOP_K
-from .rows import add_checked, leaf, mul_checked
+from .rows import add_checked, leaf, list_item, list_leaf, mul_checked
 
 __all__ = ["run_times", "leave_rows", "new_counters", "buf_count", "set_buf_count",
            "put_buf", "pack", "pack_fields", "NPW", "RTW"]
@@ -176,8 +181,27 @@ SC_JPOS = 9     # join: resume row, rows needed, count so far (3)
 SC_BIG = 12     # IDLE_BIG_WORDS of the loop (1)
 SC_NBIG = 13    # buffers of IDLE_BIG_WORDS or more (1)
 SC_STATS = 14   # where the statistics start (1)
-SC_LEN = 15
+SC_STAGE = 15   # the stage a step resumes at (1)
+SC_JO = 16      # join: output rows so far (1)
+SC_REQ = 17     # a step's request: its arguments (6)
+SC_LEN = 23
 C_BUF = SC_LEN
+
+# Requests of a step to run_times (negative, apart from the leaf codes above). The
+# steps are leaf kernels: they never allocate nor replace a buffer, the table or the
+# arena. When one lacks room they return a request, with nothing of the unit of work
+# it stopped at done; run_times serves it (_serve) and calls the step again, which
+# resumes at its stage (cn[SC_STAGE]) and position. Arguments in cn[SC_REQ:].
+RQ_GROW = -20      # grow buffer a to b rows, keeping its first c
+RQ_SCRATCH = -21   # grow the three scratch buffers of reduce node a to b rows
+RQ_ROWS = -22      # table room for a new rows
+RQ_ARENA = -23     # arena room for a entries
+RQ_INSERT = -24    # insert rows b..c of buffer a into trace d (key width e, vals f)
+RQ_CONSOL = -25    # consolidate the b rows of buffer a (data width c)
+RQ_PAST = -26      # internal error: a queued update at an iteration already past
+OVF_NEG = -9       # a route's negation of -2**63
+OVF_ARR = -10      # an arrangement's diff sum
+OVF_CONS = -11     # a consolidation's diff sum
 
 # Status codes (as kernels.runtime).
 OK = 0
@@ -391,35 +415,49 @@ def _leave_copy(src, n, dst, o, proj, poff, plen, sign, t):
     return k
 
 
-@njit(cache=True, nogil=True)
-def _emit(nodes, lp, bufs, cn, ln, src, n, t):
-    """Send rows ``src[:n]`` of local node ``ln`` along its routes."""
+@list_leaf
+def _emit(nodes, lp, bufs, cn, ln, sx, n, t):
+    """Send rows ``[:n]`` of buffer ``sx`` of local node ``ln`` along its routes.
+    Returns DONE, RQ_GROW (a sink's queue lacks room: checked for every route before
+    any row is copied, so the emit can be repeated) or OVF_NEG."""
     if n == 0:
-        return
+        return DONE
     ro = lp[F_ROUTES]
     po = lp[F_PROJ]
     co = lp[F_CHAIN]
     so = cn[SC_STATS]
+    r0 = nodes[ln, P_ROFF]
+    r1 = r0 + nodes[ln, P_RN]
+    for r in range(r0, r1):
+        q = lp[ro + r * RTW + R_BUF]
+        # (several routes of a node may share a sink)
+        need = cn[_bn(q)] + n
+        for r2 in range(r0, r):
+            if lp[ro + r2 * RTW + R_BUF] == q:
+                need += n
+        if need > list_item(bufs, q).shape[0]:
+            cn[SC_REQ] = q
+            cn[SC_REQ + 1] = need
+            cn[SC_REQ + 2] = cn[_bn(q)]
+            return RQ_GROW
+    src = list_item(bufs, sx)
     cn[so + 4 * nodes[ln, P_NODE] + 2] += n
-    for r in range(nodes[ln, P_ROFF], nodes[ln, P_ROFF] + nodes[ln, P_RN]):
+    for r in range(r0, r1):
         rt = ro + r * RTW
         q = lp[rt + R_BUF]
         nq = cn[_bn(q)]
-        dst = _buf(bufs, q)
-        if nq + n > dst.shape[0]:
-            dst = _grown(dst, nq, nq + n)
-            _put(bufs, cn, q, dst)
+        dst = list_item(bufs, q)
         if lp[rt + R_LEAVE] == 1:
             k = _leave_copy(src, n, dst, nq, lp, po + lp[rt + R_POFF], lp[rt + R_PLEN],
                             lp[rt + R_SIGN], t)
             if k < 0:
-                raise OverflowError("negate: a diff of -2**63 has no int64 negation")
+                return OVF_NEG
             cn[_bn(q)] = k
         else:
             best = _route_copy(src, n, dst, nq, lp, po + lp[rt + R_POFF],
                                lp[rt + R_PLEN], lp[rt + R_SIGN], lp[rt + R_SHIFT])
             if best < 0:
-                raise OverflowError("negate: a diff of -2**63 has no int64 negation")
+                return OVF_NEG
             cn[_bn(q)] = nq + n
             if best < cn[_bmin(q)]:
                 cn[_bmin(q)] = best
@@ -431,6 +469,7 @@ def _emit(nodes, lp, bufs, cn, ln, src, n, t):
         if lp[rt + R_LEAVE] == 0:
             # (a leave counts its rows when the root scope takes them)
             cn[so + 4 * nodes[lp[rt + R_SINK], P_NODE] + 1] += n
+    return DONE
 
 
 @leaf
@@ -460,31 +499,27 @@ def _take_at(q, n, j, out, res, at):
     res[at + 2] = best
 
 
-@njit(cache=True, nogil=True)
+@list_leaf
 def _take(bufs, cn, q, d, j):
     """Rows of queue ``q`` at iteration ``j`` into buffer ``d`` (its count set);
-    returns how many."""
+    returns how many, RQ_GROW (``d`` lacks room; nothing moved) or RQ_PAST."""
     n = cn[_bn(q)]
     if n == 0 or cn[_bmin(q)] > j:
         cn[_bn(d)] = 0
         return 0
     if cn[_bmin(q)] < j:
-        raise RuntimeError("sequential loop: internal error: a queued update is at an "
-                           "iteration already past")
-    if cn[_bwords(d)] >= cn[SC_BIG]:
-        _fit(bufs, cn, d, n, 0)
-    out = _buf(bufs, d)
+        return RQ_PAST
+    out = list_item(bufs, d)
     if out.shape[0] < n:
-        out = _grown(out, 0, n)
-        _put(bufs, cn, d, out)
-    _take_at(_buf(bufs, q), n, j, out, cn, SC_TAKE)
+        cn[SC_REQ] = d
+        cn[SC_REQ + 1] = n
+        cn[SC_REQ + 2] = 0
+        return RQ_GROW
+    _take_at(list_item(bufs, q), n, j, out, cn, SC_TAKE)
     a = cn[SC_TAKE]
-    k = cn[SC_TAKE + 1]
     cn[_bn(d)] = a
-    cn[_bn(q)] = k
+    cn[_bn(q)] = cn[SC_TAKE + 1]
     cn[_bmin(q)] = cn[SC_TAKE + 2]
-    if cn[_bwords(q)] >= cn[SC_BIG]:
-        _fit(bufs, cn, q, k, k)
     return a
 
 
@@ -611,30 +646,42 @@ def _pairs_trace(tab, arena, tag, dd, nd, kw, dvw, ovw, delta_left, j, od, o, po
 _JOIN_OVF = "join: a product of diffs overflows int64 (in a loop)"
 
 
-@njit(cache=True, nogil=True)
-def _join_trace(tab, arena, tag, dd, nd, kw, dvw, ovw, delta_left, j, bufs, cn, ob, o):
-    """:func:`_pairs_trace` over a whole delta, growing output buffer ``ob``."""
+@list_leaf
+def _join_trace(tab, arena, tag, bufs, cn, dx, nd, kw, dvw, ovw, delta_left, j, ob):
+    """:func:`_pairs_trace` of delta buffer ``dx`` into output buffer ``ob`` from row
+    ``cn[SC_JO]``, resuming at delta row ``cn[SC_JPOS]``; the new count goes to
+    ``cn[SC_JO]``. Returns DONE, RQ_GROW or OVF_PAIR."""
     pos = cn[SC_JPOS:SC_JPOS + 3]
-    pos[0] = 0
-    while True:
-        od = _buf(bufs, ob)
-        r = _pairs_trace(tab, arena, tag, dd, nd, kw, dvw, ovw, delta_left, j, od, o,
-                         pos)
-        if r >= 0:
-            return r
-        if r == OVF_PAIR:
-            raise OverflowError(_JOIN_OVF)
-        o = pos[2]
-        _put(bufs, cn, ob, _grown(od, o, o + max(pos[1], od.shape[0])))
+    od = list_item(bufs, ob)
+    r = _pairs_trace(tab, arena, tag, list_item(bufs, dx), nd, kw, dvw, ovw, delta_left,
+                     j, od, cn[SC_JO], pos)
+    if r >= 0:
+        cn[SC_JO] = r
+        return DONE
+    if r == OVF_PAIR:
+        return OVF_PAIR
+    o = pos[2]
+    cn[SC_JO] = o
+    cn[SC_REQ] = ob
+    cn[SC_REQ + 1] = o + max(pos[1], od.shape[0])
+    cn[SC_REQ + 2] = o
+    return RQ_GROW
 
 
-@njit(cache=True, nogil=True)
-def _join_deltas(ld, nl, rd, nr, kw, j, bufs, cn, ob, o):
-    """Pairs of two deltas (each grouped by key, keys ascending) at iteration ``j``."""
+@list_leaf
+def _join_deltas(bufs, cn, lx, nl, rx, nr, kw, j, ob):
+    """Pairs of two delta buffers (each grouped by key, keys ascending) at iteration
+    ``j`` into ``ob`` from row ``cn[SC_JO]``, resuming at the key groups
+    ``cn[SC_JPOS:SC_JPOS + 2]``. Returns DONE, RQ_GROW (before a key's pairs) or
+    OVF_PAIR."""
+    ld = list_item(bufs, lx)
+    rd = list_item(bufs, rx)
+    od = list_item(bufs, ob)
     lvw = ld.shape[1] - 2 - kw
     rvw = rd.shape[1] - 2 - kw
-    a = np.int64(0)
-    b = np.int64(0)
+    a = cn[SC_JPOS]
+    b = cn[SC_JPOS + 1]
+    o = cn[SC_JO]
     while a < nl and b < nr:
         c = _cmp(ld, a, 2, rd, b, 2, kw)
         if c < 0:
@@ -649,16 +696,20 @@ def _join_deltas(ld, nl, rd, nr, kw, j, bufs, cn, ob, o):
         b1 = b + 1
         while b1 < nr and _same(rd, b1, 2, rd, b, 2, kw):
             b1 += 1
-        od = _buf(bufs, ob)
         need = o + (a1 - a) * (b1 - b)
         if need > od.shape[0]:
-            od = _grown(od, o, need)
-            _put(bufs, cn, ob, od)
+            cn[SC_JPOS] = a
+            cn[SC_JPOS + 1] = b
+            cn[SC_JO] = o
+            cn[SC_REQ] = ob
+            cn[SC_REQ + 1] = need
+            cn[SC_REQ + 2] = o
+            return RQ_GROW
         for x in range(a, a1):
             for y in range(b, b1):
                 f, ov = mul_checked(ld[x, 1], rd[y, 1])
                 if ov:
-                    raise OverflowError(_JOIN_OVF)
+                    return OVF_PAIR
                 od[o, 0] = j
                 od[o, 1] = f
                 for c in range(kw + lvw):
@@ -668,56 +719,100 @@ def _join_deltas(ld, nl, rd, nr, kw, j, bufs, cn, ob, o):
                 o += 1
         a = a1
         b = b1
-    return o
+    cn[SC_JO] = o
+    return DONE
 
 
-@njit(cache=True, nogil=True)
+@list_leaf
+def _insert(tab, arena, meta, bufs, cn, tag, dx, n, kw, vw, j):
+    """Insert delta buffer ``dx[:n]`` into trace ``tag`` at iteration ``j``; returns
+    DONE, RQ_INSERT (the rest, from the key that lacked room) or OVF_ARR."""
+    r = _ins_apply(tab, arena, meta, tag, 0, list_item(bufs, dx), 0, n, kw, vw, j)
+    if r == OVERFLOW:
+        return OVF_ARR
+    if r < n:
+        cn[SC_REQ] = dx
+        cn[SC_REQ + 1] = r
+        cn[SC_REQ + 2] = n
+        cn[SC_REQ + 3] = tag
+        cn[SC_REQ + 4] = kw
+        cn[SC_REQ + 5] = vw
+        return RQ_INSERT
+    return DONE
+
+
+@list_leaf
 def _step_join(nodes, lp, bufs, cn, tab, arena, meta, ln, t, j):
+    """A join's round, in stages (``cn[SC_STAGE]``): 0 start; 1 ``dL x R``; 2 ``L +=
+    dL`` (a join owning both traces); 3 ``dR x L``; 4 ``R += dR`` (owning both) or
+    ``dL x dR``; 5 emit."""
     la = nodes[ln, P_LEFT]
     ra = nodes[ln, P_RIGHT]
     dl = nodes[la, P_D]
     dr = nodes[ra, P_D]
     nl = cn[_bn(dl)]
     nr = cn[_bn(dr)]
-    if nl == 0 and nr == 0:
-        return tab, arena
     kw = nodes[ln, P_JKW]
     lvw = nodes[la, P_W] - kw
     rvw = nodes[ra, P_W] - kw
     tl = nodes[la, P_TAG]
     tr = nodes[ra, P_TAG]
     ob = nodes[ln, P_D]
-    g = cn[SC_STATS] + 4 * nodes[ln, P_NODE]
-    cn[g] += 1
-    cn[g + 1] += nl + nr
-    o = np.int64(0)
-    what = "arrange: a count overflows int64 (in a loop)"
-    # (the deltas are not replaced while the join runs: only its output buffer grows)
-    ldb = _buf(bufs, dl)
-    rdb = _buf(bufs, dr)
-    if nodes[ln, P_JFUSED] == 1:
-        # the join owns both traces: dL x R, L += dL, dR x L (which has dL), R += dR
+    owns = nodes[ln, P_JFUSED] == 1
+    stage = cn[SC_STAGE]
+    if stage == 0:
+        if nl == 0 and nr == 0:
+            return DONE
+        g = cn[SC_STATS] + 4 * nodes[ln, P_NODE]
+        cn[g] += 1
+        cn[g + 1] += nl + nr
+        cn[SC_JO] = 0
+        cn[SC_JPOS] = 0
+        stage = 1
+    # (a request leaves the stage as it is, or past a stage the request completes)
+    if stage == 1:
         if nl:
-            o = _join_trace(tab, arena, tr, ldb, nl, kw, lvw, rvw, True, j, bufs, cn, ob,
-                            o)
-            tab, arena = insert_delta(tab, arena, meta, tl, 0, ldb, nl, kw, lvw, j, what)
+            code = _join_trace(tab, arena, tr, bufs, cn, dl, nl, kw, lvw, rvw, True, j,
+                               ob)
+            if code != DONE:
+                cn[SC_STAGE] = 1
+                return code
+        stage = 2
+    if stage == 2:
+        cn[SC_JPOS] = 0
+        stage = 3
+        if owns and nl:
+            code = _insert(tab, arena, meta, bufs, cn, tl, dl, nl, kw, lvw, j)
+            if code != DONE:
+                cn[SC_STAGE] = 3
+                return code
+    if stage == 3:
         if nr:
-            o = _join_trace(tab, arena, tl, rdb, nr, kw, rvw, lvw, False, j, bufs, cn, ob,
-                            o)
-            tab, arena = insert_delta(tab, arena, meta, tr, 0, rdb, nr, kw, rvw, j, what)
-    else:
-        if nl:
-            o = _join_trace(tab, arena, tr, ldb, nl, kw, lvw, rvw, True, j, bufs, cn, ob,
-                            o)
-        if nr:
-            o = _join_trace(tab, arena, tl, rdb, nr, kw, rvw, lvw, False, j, bufs, cn, ob,
-                            o)
-            if nl:
-                o = _join_deltas(ldb, nl, rdb, nr, kw, j, bufs, cn, ob, o)
-    _emit(nodes, lp, bufs, cn, ln, _buf(bufs, ob), o, t)
-    if cn[_bwords(ob)] >= cn[SC_BIG]:
-        _fit(bufs, cn, ob, o, 0)
-    return tab, arena
+            code = _join_trace(tab, arena, tl, bufs, cn, dr, nr, kw, rvw, lvw, False, j,
+                               ob)
+            if code != DONE:
+                cn[SC_STAGE] = 3
+                return code
+        cn[SC_JPOS] = 0
+        cn[SC_JPOS + 1] = 0
+        stage = 4
+    if stage == 4:
+        if owns:
+            stage = 5
+            if nr:
+                code = _insert(tab, arena, meta, bufs, cn, tr, dr, nr, kw, rvw, j)
+                if code != DONE:
+                    cn[SC_STAGE] = 5
+                    return code
+        else:
+            if nl and nr:
+                code = _join_deltas(bufs, cn, dl, nl, dr, nr, kw, j, ob)
+                if code != DONE:
+                    cn[SC_STAGE] = 4
+                    return code
+            stage = 5
+    cn[SC_STAGE] = 5
+    return _emit(nodes, lp, bufs, cn, ln, ob, cn[SC_JO], t)
 
 
 # -------------------------------------------------------------------------- reduce
@@ -1167,83 +1262,191 @@ def _reduce_overflow(code, logic):
     raise OverflowError(name + ": a correction overflows int64 (in a loop)")
 
 
-@njit(cache=True, nogil=True)
+@list_leaf
 def _step_reduce(nodes, lp, bufs, cn, tab, arena, meta, ln, t, j):
+    """A reduce's round, in stages (``cn[SC_STAGE]``): 0 take the keys scheduled for
+    ``j``; 1 room in the table and the schedule; 2 evaluate the keys
+    (:func:`_reduce_keys`, resuming at ``cn[SC_POS]``); 3 emit."""
     la = nodes[ln, P_ARR]
     dq = nodes[la, P_D]
     nd = cn[_bn(dq)]
     sq = nodes[ln, P_Q]
     ss = nodes[ln, P_SCHED]
-    ns = _take(bufs, cn, sq, ss, j)
-    if nd == 0 and ns == 0:
-        return tab, arena
-    kw = nodes[ln, P_RKW]
-    vw = nodes[ln, P_VW]
-    ow = nodes[ln, P_OW]
-    logic = nodes[ln, P_LOGIC]
-    g = cn[SC_STATS] + 4 * nodes[ln, P_NODE]
-    cn[g] += 1
-    tab = ensure_rows(tab, meta, nd + ns)
-    qbuf = _buf(bufs, sq)
-    if cn[_bn(sq)] + nd + ns > qbuf.shape[0]:
-        _put(bufs, cn, sq, _grown(qbuf, cn[_bn(sq)], cn[_bn(sq)] + nd + ns))
     ob = nodes[ln, P_D]
+    g = cn[SC_STATS] + 4 * nodes[ln, P_NODE]
+    stage = cn[SC_STAGE]
+    if stage == 0:
+        ns = _take(bufs, cn, sq, ss, j)
+        if ns < 0:
+            return ns
+        if nd == 0 and ns == 0:
+            return DONE
+        cn[g] += 1
+        stage = 1
+    ns = cn[_bn(ss)]
     nc = cn[SC_NC:SC_NC + 1]
-    nc[0] = 0
     qc = cn[SC_QC:SC_QC + 3]
-    qc[0] = cn[_bn(sq)]
-    qc[1] = cn[_bmin(sq)]
-    qc[2] = 0
     pos = cn[SC_POS:SC_POS + 2]
-    pos[0] = 0
-    pos[1] = 0
-    while True:
+    if stage == 1:
+        cn[SC_STAGE] = 1
+        if not rows_room(tab, meta, nd + ns):
+            cn[SC_REQ] = nd + ns
+            return RQ_ROWS
+        if cn[_bn(sq)] + nd + ns > list_item(bufs, sq).shape[0]:
+            cn[SC_REQ] = sq
+            cn[SC_REQ + 1] = cn[_bn(sq)] + nd + ns
+            cn[SC_REQ + 2] = cn[_bn(sq)]
+            return RQ_GROW
+        nc[0] = 0
+        qc[0] = cn[_bn(sq)]
+        qc[1] = cn[_bmin(sq)]
+        qc[2] = 0
+        pos[0] = 0
+        pos[1] = 0
+        stage = 2
+    if stage == 2:
+        cn[SC_STAGE] = 2
         code = _reduce_keys(tab, arena, meta, nodes[ln, P_TAG_IN], nodes[ln, P_TAG_OUT],
-                            nodes[ln, P_BLK], kw, vw, ow, logic, nodes[ln, P_LPARAM], j,
-                            _buf(bufs, dq), nd, _buf(bufs, ss), ns, pos,
-                            _buf(bufs, nodes[ln, P_ACC]), _buf(bufs, nodes[ln, P_DES]),
-                            _buf(bufs, nodes[ln, P_CUR]), _buf(bufs, ob), nc,
-                            _buf(bufs, sq), qc)
-        if code == DONE:
-            break
+                            nodes[ln, P_BLK], nodes[ln, P_RKW], nodes[ln, P_VW],
+                            nodes[ln, P_OW], nodes[ln, P_LOGIC], nodes[ln, P_LPARAM], j,
+                            list_item(bufs, dq), nd, list_item(bufs, ss), ns, pos,
+                            list_item(bufs, nodes[ln, P_ACC]),
+                            list_item(bufs, nodes[ln, P_DES]),
+                            list_item(bufs, nodes[ln, P_CUR]), list_item(bufs, ob), nc,
+                            list_item(bufs, sq), qc)
         if code == NEED_SCRATCH:
-            for b in (P_ACC, P_DES, P_CUR):
-                x = nodes[ln, b]
-                _put(bufs, cn, x, _grown(_buf(bufs, x), 0, pos[1]))
-        elif code == NEED_OUT:
-            _put(bufs, cn, ob, _grown(_buf(bufs, ob), nc[0], nc[0] + pos[1]))
-        elif code == NEED_ARENA:
-            arena = ensure_entries(tab, arena, meta, pos[1])
-        else:
-            _reduce_overflow(code, logic)
-    cn[_bn(sq)] = qc[0]
-    cn[_bmin(sq)] = qc[1]
-    cn[g + 3] += qc[2]       # keys evaluated
-    _emit(nodes, lp, bufs, cn, ln, _buf(bufs, ob), nc[0], t)
-    if cn[_bwords(ob)] >= cn[SC_BIG]:
-        _fit(bufs, cn, ob, nc[0], 0)
-    return tab, arena
+            cn[SC_REQ] = ln
+            cn[SC_REQ + 1] = pos[1]
+            return RQ_SCRATCH
+        if code == NEED_OUT:
+            cn[SC_REQ] = ob
+            cn[SC_REQ + 1] = nc[0] + pos[1]
+            cn[SC_REQ + 2] = nc[0]
+            return RQ_GROW
+        if code == NEED_ARENA:
+            cn[SC_REQ] = pos[1]
+            return RQ_ARENA
+        if code != DONE:
+            return code
+        cn[_bn(sq)] = qc[0]
+        cn[_bmin(sq)] = qc[1]
+        cn[g + 3] += qc[2]       # keys evaluated
+    cn[SC_STAGE] = 3
+    return _emit(nodes, lp, bufs, cn, ln, ob, nc[0], t)
 
 
 # --------------------------------------------------------------------------- rounds
 
 
-@njit(cache=True, nogil=True)
+@list_leaf
 def _step_buffered(nodes, lp, bufs, cn, ln, t, j):
     """Arrange, consolidate or feedback: take the rows at ``j``, consolidate them into
-    the node's delta buffer; consolidate and feedback emit it."""
+    the node's delta buffer (stage 0; more than 48 rows: RQ_CONSOL, run_times sorts
+    them); consolidate and feedback emit it (stage 1)."""
     d = nodes[ln, P_D]
-    n = _take(bufs, cn, nodes[ln, P_Q], d, j)
-    if n == 0:
-        return
     g = cn[SC_STATS] + 4 * nodes[ln, P_NODE]
-    cn[g] += 1
-    k = _consolidate(_buf(bufs, d), n, nodes[ln, P_W])
-    cn[_bn(d)] = k
+    if cn[SC_STAGE] == 0:
+        n = _take(bufs, cn, nodes[ln, P_Q], d, j)
+        if n <= 0:
+            return n
+        cn[g] += 1
+        cn[SC_STAGE] = 1
+        if n > 48:
+            cn[SC_REQ] = d
+            cn[SC_REQ + 1] = n
+            cn[SC_REQ + 2] = nodes[ln, P_W]
+            return RQ_CONSOL
+        k = _isort_sum(list_item(bufs, d), n, nodes[ln, P_W])
+        if k < 0:
+            return OVF_CONS
+        cn[_bn(d)] = k
+    k = cn[_bn(d)]
     if nodes[ln, P_KIND] == S_ARRANGE:
         cn[g + 2] += k
+        return DONE
+    return _emit(nodes, lp, bufs, cn, ln, d, k, t)
+
+
+@list_leaf
+def _step(nodes, lp, bufs, cn, tab, arena, meta, ln, t, j):
+    """Local node ``ln``'s round at iteration ``j`` (see the steps), resumed at
+    ``cn[SC_STAGE]``; an arrangement not inserted by its reader goes into its trace
+    when ``cn[SC_STAGE]`` is -1. Returns DONE or a request."""
+    kind = nodes[ln, P_KIND]
+    if cn[SC_STAGE] < 0:
+        if cn[SC_STAGE] == -2:
+            return DONE             # (the request completed the insert)
+        cn[SC_STAGE] = -2
+        d = nodes[ln, P_D]
+        kw = nodes[ln, P_KW]
+        return _insert(tab, arena, meta, bufs, cn, nodes[ln, P_TAG], d, cn[_bn(d)], kw,
+                       nodes[ln, P_W] - kw, j)
+    if kind == S_JOIN:
+        return _step_join(nodes, lp, bufs, cn, tab, arena, meta, ln, t, j)
+    if kind == S_REDUCE:
+        return _step_reduce(nodes, lp, bufs, cn, tab, arena, meta, ln, t, j)
+    return _step_buffered(nodes, lp, bufs, cn, ln, t, j)
+
+
+@njit(cache=True, nogil=True)
+def _serve(nodes, bufs, cn, tab, arena, meta, ln, j, code):
+    """Serve request ``code`` of local node ``ln``'s step (see RQ_GROW); raise for an
+    overflow. Returns ``(tab, arena)``."""
+    a = cn[SC_REQ]
+    b = cn[SC_REQ + 1]
+    c = cn[SC_REQ + 2]
+    if code == RQ_GROW:
+        _put(bufs, cn, a, _grown(_buf(bufs, a), c, b))
+    elif code == RQ_SCRATCH:
+        for p in (P_ACC, P_DES, P_CUR):
+            x = nodes[a, p]
+            _put(bufs, cn, x, _grown(_buf(bufs, x), 0, b))
+    elif code == RQ_ROWS:
+        tab = ensure_rows(tab, meta, a)
+    elif code == RQ_ARENA:
+        arena = ensure_entries(tab, arena, meta, a)
+    elif code == RQ_INSERT:
+        tab, arena = insert_from(tab, arena, meta, cn[SC_REQ + 3], 0, _buf(bufs, a), b,
+                                 c, cn[SC_REQ + 4], cn[SC_REQ + 5], j,
+                                 "arrange: a count overflows int64 (in a loop)")
+    elif code == RQ_CONSOL:
+        cn[_bn(a)] = _consolidate(_buf(bufs, a), b, c)
+    elif code == RQ_PAST:
+        raise RuntimeError("sequential loop: internal error: a queued update is at an "
+                           "iteration already past")
+    elif code == OVF_NEG:
+        raise OverflowError("negate: a diff of -2**63 has no int64 negation")
+    elif code == OVF_ARR:
+        raise OverflowError("arrange: a count overflows int64 (in a loop)")
+    elif code == OVF_CONS:
+        raise OverflowError("consolidate: a sum of diffs overflows int64")
+    elif code == OVF_PAIR:
+        raise OverflowError(_JOIN_OVF)
     else:
-        _emit(nodes, lp, bufs, cn, ln, _buf(bufs, d), k, t)
+        _reduce_overflow(code, nodes[ln, P_LOGIC])
+    return tab, arena
+
+
+@njit(cache=True, nogil=True)
+def _fit_node(nodes, bufs, cn, ln, after):
+    """While some buffer is big: before local node ``ln``'s step, its delta or
+    schedule buffer fits the rows it is about to take; after it, its queue fits what
+    it holds and its output scratch is given back (see :func:`_fit`)."""
+    kind = nodes[ln, P_KIND]
+    if kind == S_JOIN:
+        if after:
+            _fit(bufs, cn, nodes[ln, P_D], 0, 0)
+        return
+    q = nodes[ln, P_Q]
+    d = nodes[ln, P_SCHED] if kind == S_REDUCE else nodes[ln, P_D]
+    if not after:
+        if cn[_bwords(d)] >= cn[SC_BIG]:
+            _fit(bufs, cn, d, cn[_bn(q)], 0)
+        return
+    if cn[_bwords(q)] >= cn[SC_BIG]:
+        _fit(bufs, cn, q, cn[_bn(q)], cn[_bn(q)])
+    if kind == S_REDUCE and cn[_bwords(nodes[ln, P_D])] >= cn[SC_BIG]:
+        _fit(bufs, cn, nodes[ln, P_D], 0, 0)
 
 
 @njit(cache=True, nogil=True)
@@ -1369,7 +1572,10 @@ def run_times(lp, bufs, cn, tab, arena, meta, ups, times, stats, info):
             g = cn[SC_STATS] + 4 * nodes[ln, P_NODE]
             cn[g] += 1
             cn[g + 1] += b - a
-            _emit(nodes, lp, bufs, cn, ln, _buf(bufs, sb), b - a, t)
+            code = _emit(nodes, lp, bufs, cn, ln, sb, b - a, t)
+            while code != DONE:
+                tab, arena = _serve(nodes, bufs, cn, tab, arena, meta, ln, 0, code)
+                code = _emit(nodes, lp, bufs, cn, ln, sb, b - a, t)
             _drop_empty(bufs, cn, sb)
             if b == f.shape[0] and b * (d.shape[1] + 3) >= cn[SC_BIG]:
                 # all taken: a large input (a load) is not held for the rest of the run
@@ -1388,43 +1594,46 @@ def run_times(lp, bufs, cn, tab, arena, meta, ups, times, stats, info):
                 _cb_warn(loop, j)
             meta[M_EPOCH] += 1
             for ln in range(nl):
-                # (the checks before each call skip nodes without work this round; an
+                # (the checks before each step skip nodes without work this round; an
                 # idle node's big empty buffers go back, when there are any)
                 kind = nodes[ln, P_KIND]
                 if kind == S_ARRANGE or kind == S_CONSOL or kind == S_FEEDBACK:
                     q = nodes[ln, P_Q]
-                    if cn[_bn(q)] and cn[_bmin(q)] <= j:
-                        _step_buffered(nodes, lp, bufs, cn, ln, t, j)
-                    else:
+                    work = cn[_bn(q)] != 0 and cn[_bmin(q)] <= j
+                    if not work:
                         cn[_bn(nodes[ln, P_D])] = 0
-                        if cn[SC_NBIG]:
-                            _drop_idle(nodes, bufs, cn, ln)
                 elif kind == S_JOIN:
-                    if cn[_bn(nodes[nodes[ln, P_LEFT], P_D])] or \
-                            cn[_bn(nodes[nodes[ln, P_RIGHT], P_D])]:
-                        tab, arena = _step_join(nodes, lp, bufs, cn, tab, arena, meta, ln,
-                                                t, j)
-                    elif cn[SC_NBIG]:
-                        _drop_idle(nodes, bufs, cn, ln)
+                    work = cn[_bn(nodes[nodes[ln, P_LEFT], P_D])] != 0 or \
+                        cn[_bn(nodes[nodes[ln, P_RIGHT], P_D])] != 0
                 elif kind == S_REDUCE:
                     q = nodes[ln, P_Q]
-                    if cn[_bn(nodes[nodes[ln, P_ARR], P_D])] or \
-                            (cn[_bn(q)] and cn[_bmin(q)] <= j):
-                        tab, arena = _step_reduce(nodes, lp, bufs, cn, tab, arena, meta,
-                                                  ln, t, j)
-                    elif cn[SC_NBIG]:
-                        _drop_idle(nodes, bufs, cn, ln)
+                    work = cn[_bn(nodes[nodes[ln, P_ARR], P_D])] != 0 or \
+                        (cn[_bn(q)] != 0 and cn[_bmin(q)] <= j)
+                else:
+                    continue
+                if work:
+                    if cn[SC_NBIG]:
+                        _fit_node(nodes, bufs, cn, ln, False)
+                    cn[SC_STAGE] = 0
+                    code = _step(nodes, lp, bufs, cn, tab, arena, meta, ln, t, j)
+                    while code != DONE:
+                        tab, arena = _serve(nodes, bufs, cn, tab, arena, meta, ln, j, code)
+                        code = _step(nodes, lp, bufs, cn, tab, arena, meta, ln, t, j)
+                    if cn[SC_NBIG]:
+                        _fit_node(nodes, bufs, cn, ln, True)
+                elif cn[SC_NBIG]:
+                    _drop_idle(nodes, bufs, cn, ln)
             # deltas of arrangements not inserted by their reader go in now
             for ln in range(nl):
                 if nodes[ln, P_KIND] != S_ARRANGE:
                     continue
                 d = nodes[ln, P_D]
                 if cn[_bn(d)] and nodes[ln, P_FUSED] == 0:
-                    kw = nodes[ln, P_KW]
-                    tab, arena = insert_delta(
-                        tab, arena, meta, nodes[ln, P_TAG], 0, _buf(bufs, d), cn[_bn(d)],
-                        kw, nodes[ln, P_W] - kw, j,
-                        "arrange: a count overflows int64 (in a loop)")
+                    cn[SC_STAGE] = -1
+                    code = _step(nodes, lp, bufs, cn, tab, arena, meta, ln, t, j)
+                    while code != DONE:
+                        tab, arena = _serve(nodes, bufs, cn, tab, arena, meta, ln, j, code)
+                        code = _step(nodes, lp, bufs, cn, tab, arena, meta, ln, t, j)
                 cn[_bn(d)] = 0
             info[2] += 1
             j = _next_round(lp, cn, j + 1)
