@@ -1881,6 +1881,11 @@ def _reduce_agg(new, spine, out_spine, kw, vw, is_sum, col):
         nev = np.int64(0)
         nv = np.int64(0)
         vstart = np.empty(r1 - r0 + 1, np.int64)
+        # (room for an event per new update of the group, made once)
+        ev_v = _grow1(ev_v, 0, r1 - r0)
+        ev_t = _grow1(ev_t, 0, r1 - r0)
+        ev_new = _grow1(ev_new, 0, r1 - r0)
+        ev_f = _grow1(ev_f, 0, r1 - r0)
         x = r0
         while x < r1:
             y = x + 1
@@ -1888,11 +1893,6 @@ def _reduce_agg(new, spine, out_spine, kw, vw, is_sum, col):
                 y += 1
             vstart[nv] = x
             for z in range(x, y):
-                need = nev + 1
-                ev_v = _grow1(ev_v, nev, need)
-                ev_t = _grow1(ev_t, nev, need)
-                ev_new = _grow1(ev_new, nev, need)
-                ev_f = _grow1(ev_f, nev, need)
                 ev_v[nev] = nv
                 ev_t[nev] = nt[z, 0]
                 ev_new[nev] = 1

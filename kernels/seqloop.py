@@ -1449,7 +1449,7 @@ def _fit_node(nodes, bufs, cn, ln, after):
         _fit(bufs, cn, nodes[ln, P_D], 0, 0)
 
 
-@njit(cache=True, nogil=True)
+@leaf
 def _next_round(lp, cn, kmin):
     """The next round: the least iteration queued in the program's queues, not below
     ``kmin`` (-1: none)."""
@@ -1461,6 +1461,38 @@ def _next_round(lp, cn, kmin):
     if best == INF:
         return np.int64(-1)
     return max(best, kmin)
+
+
+@list_leaf
+def _enter(nodes, lp, bufs, cn, ups, ptr, ln, t):
+    """Enter ``ln``'s updates at outer time ``t`` (from row ``ptr[x]`` of its updates
+    ``ups[x]``), staged and emitted. Returns how many (``ptr[x]`` is then past them,
+    and ``cn[SC_REQ]`` is 1 when they were the last and many: the caller drops the
+    input), or a request (nothing taken)."""
+    x = nodes[ln, P_ENTER]
+    d, tt, f = list_item(ups, x)
+    a = ptr[x]
+    b = a
+    while b < f.shape[0] and tt[b, 0] == t:
+        b += 1
+    if b == a:
+        return 0
+    sb = nodes[ln, P_D]
+    if list_item(bufs, sb).shape[0] < b - a:
+        cn[SC_REQ] = sb
+        cn[SC_REQ + 1] = b - a
+        cn[SC_REQ + 2] = 0
+        return RQ_GROW
+    _stage(d, f, a, b, list_item(bufs, sb))
+    code = _emit(nodes, lp, bufs, cn, ln, sb, b - a, t)
+    if code != DONE:
+        return code
+    g = cn[SC_STATS] + 4 * nodes[ln, P_NODE]
+    cn[g] += 1
+    cn[g + 1] += b - a
+    ptr[x] = b
+    cn[SC_REQ] = 1 if b == f.shape[0] and b * (d.shape[1] + 3) >= cn[SC_BIG] else 0
+    return b - a
 
 
 @leaf
@@ -1556,30 +1588,19 @@ def run_times(lp, bufs, cn, tab, arena, meta, ups, times, stats, info):
         for ln in range(nl):
             if nodes[ln, P_KIND] != S_ENTER:
                 continue
-            x = nodes[ln, P_ENTER]
-            d, tt, f = ups[x]
-            a = ptr[x]
-            b = a
-            while b < f.shape[0] and tt[b, 0] == t:
-                b += 1
-            ptr[x] = b
-            if b == a:
-                continue
-            sb = nodes[ln, P_D]
-            if _buf(bufs, sb).shape[0] < b - a:
-                _put(bufs, cn, sb, _grown(_buf(bufs, sb), 0, b - a))
-            _stage(d, f, a, b, _buf(bufs, sb))
-            g = cn[SC_STATS] + 4 * nodes[ln, P_NODE]
-            cn[g] += 1
-            cn[g + 1] += b - a
-            code = _emit(nodes, lp, bufs, cn, ln, sb, b - a, t)
-            while code != DONE:
+            code = _enter(nodes, lp, bufs, cn, ups, ptr, ln, t)
+            while code < 0:
                 tab, arena = _serve(nodes, bufs, cn, tab, arena, meta, ln, 0, code)
-                code = _emit(nodes, lp, bufs, cn, ln, sb, b - a, t)
-            _drop_empty(bufs, cn, sb)
-            if b == f.shape[0] and b * (d.shape[1] + 3) >= cn[SC_BIG]:
+                code = _enter(nodes, lp, bufs, cn, ups, ptr, ln, t)
+            if code == 0:
+                continue
+            if cn[SC_NBIG]:
+                _drop_empty(bufs, cn, nodes[ln, P_D])
+            if cn[SC_REQ] == 1:
                 # all taken: a large input (a load) is not held for the rest of the run
-                ups[x] = (np.empty((0, d.shape[1]), np.int64), np.empty((0, 2), np.int64),
+                x = nodes[ln, P_ENTER]
+                w = ups[x][0].shape[1]
+                ups[x] = (np.empty((0, w), np.int64), np.empty((0, 2), np.int64),
                           np.empty(0, np.int64))
                 ptr[x] = 0
         j = _next_round(lp, cn, np.int64(0))
