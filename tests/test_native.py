@@ -816,12 +816,13 @@ def test_dataflow_loops_argument(monkeypatch):
         assert df._native.sequential == [loops == "sequential"]
 
 
-def _seq_reach(rng, n, m, n_roots):
+def _seq_reach(rng, n, m, n_roots, double=False):
     """The benchmark's reachability (multiset edges, no distinct on the inputs) with
     sequential loops, loaded with a random graph at time 0 and run; returns
     ``(df, (roots input, edges input), check, src, dst)``, ``check(t, src, dst)``
     comparing the output at ``t`` with BFS over those edges (and returning how many
-    pairs it has)."""
+    pairs it has). ``double``: the loop variable is concatenated with itself first
+    (the same answer)."""
     from ddnumba.demo import bfs_reachable
     src, dst = rng.integers(0, n, m), rng.integers(0, n, m)
     roots = rng.choice(n, n_roots, replace=False)
@@ -830,7 +831,8 @@ def _seq_reach(rng, n, m, n_roots):
     ei, e = df.new_input(["src", "dst"])
     start = r.map(lambda x: (x, x), names=["root", "node"])
     reach = start.iterate(
-        lambda v: v.map(lambda root, node: (node, root), names=["node", "root"])
+        lambda v: (v.concat(v) if double else v)
+                   .map(lambda root, node: (node, root), names=["node", "root"])
                    .join(e).map(lambda node, root, d: (root, d), names=["root", "node"])
                    .concat(start).distinct())
     cap = reach.capture()
@@ -959,46 +961,20 @@ def test_sequential_routes_sharing_a_sink_get_room_for_all(monkeypatch, big):
     and a shared sink needs room for the rows of all its routes. ``big=1`` gives back
     every buffer every round, so that emits find their queues small. Reachability
     against BFS through a load and sliding changes."""
-    from ddnumba.demo import bfs_reachable
     from ddnumba.kernels import seqloop as S
     if big is not None:
         monkeypatch.setattr(S, "IDLE_BIG_WORDS", big)
     rng = np.random.default_rng(21)
-    n, m = 1500, 3000
-    src, dst = rng.integers(0, n, m), rng.integers(0, n, m)
-    roots = rng.choice(n, 6, replace=False)
-    df = dd.Dataflow(engine="native", loops="sequential")
-    ri, r = df.new_input(["node"])
-    ei, e = df.new_input(["src", "dst"])
-    start = r.map(lambda x: (x, x), names=["root", "node"])
-    reach = start.iterate(
-        lambda v: v.concat(v)
-                   .map(lambda root, node: (node, root), names=["node", "root"])
-                   .join(e).map(lambda node, root, d: (root, d), names=["root", "node"])
-                   .concat(start).distinct())
-    cap = reach.capture()
-    ei.insert(src, dst, time=0)
-    ri.insert(roots, time=0)
-    ri.advance_to(1)
-    ei.advance_to(1)
-    df.run()
-    assert df._native.sequential == [True]
+    n = 1500
+    df, inputs, check, src, dst = _seq_reach(rng, n, 2 * n, 6, double=True)
     lp, _ = df._native.st[12][0]
     sinks = S._routes(lp)[:, S.R_BUF]
     nodes = S._nodes(lp)
     shared = [ln for ln in range(nodes.shape[0]) if nodes[ln, S.P_RN] > len(set(
         sinks[nodes[ln, S.P_ROFF]:nodes[ln, S.P_ROFF] + nodes[ln, S.P_RN]].tolist()))]
     assert len(shared) >= 2, "no node with routes sharing a sink"
-
-    def check(t, s, d):
-        rr, vv = bfs_reachable(s, d, roots, n)
-        got = {(int(a), int(b)) for a, b in zip(*[c.to_numpy() for c in
-                                                   cap.at(t).columns[:2]])}
-        assert got == set(zip(rr.tolist(), vv.tolist())), f"t={t}"
-        return len(got)
-
     assert check(0, src, dst) > 100
-    _slide(rng, df, (ri, ei), check, src, dst, [1, 9, 60], n)
+    _slide(rng, df, inputs, check, src, dst, [1, 9, 60], n)
 
 
 def _check_counters(df, S, big):
