@@ -264,9 +264,10 @@ def _cmp(a, i, ca, b, j, cb, w):
 
 @njit(cache=True, nogil=True, inline="always")
 def _buf(bufs, x):
-    """Buffer ``x``. Its index comes from the program, so the list's bounds check is
-    left out: a checked read of a typed list costs two calls into Numba's C helpers,
-    ~13 ns against ~2.5 ns unchecked (measured here), and a round reads ~45 buffers."""
+    """Buffer ``x``, for the code that grows or replaces buffers (the steps, leaves,
+    read them with ``list_item``). Its index comes from the program, so the list's
+    bounds check is left out (a checked read costs two calls into Numba's C
+    helpers)."""
     return bufs.getitem_unchecked(x)
 
 
