@@ -67,3 +67,52 @@ def test_prefetch_row_is_only_a_hint():
     out = np.zeros(1, np.int64)
     _sum_with_prefetch(a, idx, out)
     assert out[0] == a[idx, 1].sum()
+
+
+def test_list_item_borrows_in_a_leaf_and_takes_a_reference_elsewhere():
+    """``rows.list_item`` reads a typed list's array: in a leaf (no reference
+    counting) without taking a reference, in a regular kernel with one, which that
+    kernel drops. Either way the item's reference count is what it was, after
+    thousands of reads, and the data read is the item's."""
+    from numba import njit
+    from numba.typed import List
+    from ddnumba.kernels.rows import list_item
+
+    @njit(_nrt=False, no_cpython_wrapper=True)
+    def leaf_sum(bufs, x):
+        b = list_item(bufs, x)
+        s = 0
+        for i in range(b.shape[0]):
+            s += b[i, 0]
+        return s
+
+    @njit
+    def via_leaf(bufs, x):
+        return leaf_sum(bufs, x)
+
+    @njit
+    def last(bufs, x):
+        b = list_item(bufs, x)
+        return b[b.shape[0] - 1, 0]
+
+    @njit
+    def get(bufs, x):
+        return list_item(bufs, x)
+
+    @njit
+    def make():
+        out = List()
+        out.append(np.arange(15).reshape(5, 3) * 1)
+        out.append(np.arange(12).reshape(4, 3) * 2)
+        return out
+
+    bufs = make()
+    held = get(bufs, 1)                    # a reference of our own, to watch the count
+    before = held.base.refcount
+    assert before == 2                     # the list's and ours
+    for _ in range(2000):
+        assert via_leaf(bufs, 1) == 36     # 2 * (0 + 3 + 6 + 9)
+        assert last(bufs, 1) == 18
+    assert held.base.refcount == before
+    assert via_leaf(bufs, 0) == 30 and last(bufs, 0) == 12
+    np.testing.assert_array_equal(get(bufs, 1), np.arange(12).reshape(4, 3) * 2)
