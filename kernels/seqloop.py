@@ -64,7 +64,9 @@ taking references (:func:`ddnumba.kernels.rows.list_item`). When a buffer, the t
 the arena is too small, a step stops before the key (or the row group, or the emit)
 that needs it and returns a *request*; ``run_times`` grows what was asked for
 (:func:`_serve`) and calls the step again, which resumes at its stage and position.
-So a round takes and drops no references unless something has to grow.
+The round loop itself is a leaf (:func:`_rounds`), returning to ``run_times`` only
+for a request (or a warning, the iteration limit, and big-buffer hygiene), so a time's
+rounds take and drop no references unless something has to grow.
 """
 import numpy as np
 from numba import njit
@@ -184,7 +186,11 @@ SC_STATS = 14   # where the statistics start (1)
 SC_STAGE = 15   # the stage a step resumes at (1)
 SC_JO = 16      # join: output rows so far (1)
 SC_REQ = 17     # a step's request: its arguments (6)
-SC_LEN = 23
+SC_J = 23       # _rounds: the round (iteration; -1: the time is done) (1)
+SC_LN = 24      # _rounds: the local node it is at (1)
+SC_PH = 25      # _rounds: the part of the round it is in (PH_START...) (1)
+SC_SUB = 26     # _rounds: 0 node not begun, 1 in its step, 2 its step done (1)
+SC_LEN = 27
 C_BUF = SC_LEN
 
 # Requests of a step to run_times (negative, apart from the leaf codes above). The
@@ -202,6 +208,19 @@ RQ_PAST = -26      # internal error: a queued update at an iteration already pas
 OVF_NEG = -9       # a route's negation of -2**63
 OVF_ARR = -10      # an arrangement's diff sum
 OVF_CONS = -11     # a consolidation's diff sum
+
+# What else _rounds returns to run_times (the node is cn[SC_LN]); it resumes where
+# it stopped (cn[SC_PH], cn[SC_SUB]).
+R_LIMIT = -30      # the round reached max_iterations (info[0:2] set)
+R_WARN = -31       # past iteration 10,000 without a limit: warn (once per loop)
+R_FIT_PRE = -32    # some buffer is big: fit the node's buffers before its step
+R_FIT_POST = -33   # ... and after it (_fit_node)
+R_IDLE = -34       # ... give back an idle node's big empty buffers (_drop_idle)
+
+# The parts of a round (cn[SC_PH]).
+PH_START = 0       # its checks
+PH_STEPS = 1       # the nodes' steps
+PH_INSERTS = 2     # the deltas of arrangements not inserted by their reader
 
 # Status codes (as kernels.runtime).
 OK = 0
@@ -1568,6 +1587,91 @@ def put_buf(bufs, cn, x, b):
     _put(bufs, cn, x, b)
 
 
+@list_leaf
+def _rounds(nodes, lp, bufs, cn, tab, arena, meta, t, maxit, loop, info):
+    """The rounds of outer time ``t`` from round ``cn[SC_J]`` until the time is done
+    (DONE) or something must be done outside a leaf: a step's request, R_LIMIT, R_WARN
+    or, while some buffer is big, R_FIT_PRE / R_FIT_POST / R_IDLE. Resumes where it
+    returned (``cn[SC_PH]``, ``cn[SC_LN]``, ``cn[SC_SUB]``; a step at its stage)."""
+    nl = nodes.shape[0]
+    while cn[SC_J] >= 0:
+        j = cn[SC_J]
+        if cn[SC_PH] == PH_START:
+            if maxit >= 0 and j >= maxit:
+                info[0] = loop
+                info[1] = j
+                return R_LIMIT
+            if maxit < 0 and j >= 10_000 and (info[3] >> min(loop, 62)) & 1 == 0:
+                info[3] |= np.int64(1) << min(loop, 62)
+                return R_WARN
+            meta[M_EPOCH] += 1
+            cn[SC_PH] = PH_STEPS
+            cn[SC_LN] = 0
+            cn[SC_SUB] = 0
+        if cn[SC_PH] == PH_STEPS:
+            while cn[SC_LN] < nl:
+                ln = cn[SC_LN]
+                if cn[SC_SUB] == 0:
+                    # (the checks skip nodes without work this round)
+                    kind = nodes[ln, P_KIND]
+                    if kind == S_ARRANGE or kind == S_CONSOL or kind == S_FEEDBACK:
+                        q = nodes[ln, P_Q]
+                        work = cn[_bn(q)] != 0 and cn[_bmin(q)] <= j
+                        if not work:
+                            cn[_bn(nodes[ln, P_D])] = 0
+                    elif kind == S_JOIN:
+                        work = cn[_bn(nodes[nodes[ln, P_LEFT], P_D])] != 0 or \
+                            cn[_bn(nodes[nodes[ln, P_RIGHT], P_D])] != 0
+                    elif kind == S_REDUCE:
+                        q = nodes[ln, P_Q]
+                        work = cn[_bn(nodes[nodes[ln, P_ARR], P_D])] != 0 or \
+                            (cn[_bn(q)] != 0 and cn[_bmin(q)] <= j)
+                    else:
+                        cn[SC_LN] = ln + 1
+                        continue
+                    if not work:
+                        if cn[SC_NBIG]:
+                            cn[SC_SUB] = 2
+                            return R_IDLE
+                        cn[SC_LN] = ln + 1
+                        continue
+                    cn[SC_STAGE] = 0
+                    cn[SC_SUB] = 1
+                    if cn[SC_NBIG]:
+                        return R_FIT_PRE
+                if cn[SC_SUB] == 1:
+                    code = _step(nodes, lp, bufs, cn, tab, arena, meta, ln, t, j)
+                    if code != DONE:
+                        return code
+                    cn[SC_SUB] = 2
+                    if cn[SC_NBIG]:
+                        return R_FIT_POST
+                cn[SC_SUB] = 0
+                cn[SC_LN] = ln + 1
+            cn[SC_PH] = PH_INSERTS
+            cn[SC_LN] = 0
+            cn[SC_SUB] = 0
+        # deltas of arrangements not inserted by their reader go in now
+        while cn[SC_LN] < nl:
+            ln = cn[SC_LN]
+            if nodes[ln, P_KIND] == S_ARRANGE:
+                d = nodes[ln, P_D]
+                if cn[_bn(d)] and nodes[ln, P_FUSED] == 0:
+                    if cn[SC_SUB] == 0:
+                        cn[SC_STAGE] = -1
+                        cn[SC_SUB] = 1
+                    code = _step(nodes, lp, bufs, cn, tab, arena, meta, ln, t, j)
+                    if code != DONE:
+                        return code
+                cn[_bn(d)] = 0
+            cn[SC_SUB] = 0
+            cn[SC_LN] = ln + 1
+        info[2] += 1
+        cn[SC_J] = _next_round(lp, cn, j + 1)
+        cn[SC_PH] = PH_START
+    return DONE
+
+
 @njit(cache=True)
 def run_times(lp, bufs, cn, tab, arena, meta, ups, times, stats, info):
     """Run a loop over the outer times ``times`` (ascending): ``ups[e]`` holds the
@@ -1604,61 +1708,28 @@ def run_times(lp, bufs, cn, tab, arena, meta, ups, times, stats, info):
                 ups[x] = (np.empty((0, w), np.int64), np.empty((0, 2), np.int64),
                           np.empty(0, np.int64))
                 ptr[x] = 0
-        j = _next_round(lp, cn, np.int64(0))
-        while j >= 0:
-            if maxit >= 0 and j >= maxit:
-                info[0] = loop
-                info[1] = j
+        cn[SC_J] = _next_round(lp, cn, np.int64(0))
+        cn[SC_PH] = PH_START
+        while True:
+            # (the rounds run in a leaf; what needs allocation or Python is done here,
+            # between calls, and is rare)
+            code = _rounds(nodes, lp, bufs, cn, tab, arena, meta, t, maxit, loop, info)
+            if code == DONE:
+                break
+            if code == R_LIMIT:
                 status = ITERATION_LIMIT
                 break
-            if maxit < 0 and j >= 10_000 and (info[3] >> min(loop, 62)) & 1 == 0:
-                info[3] |= 1 << min(loop, 62)
-                _cb_warn(loop, j)
-            meta[M_EPOCH] += 1
-            for ln in range(nl):
-                # (the checks before each step skip nodes without work this round; an
-                # idle node's big empty buffers go back, when there are any)
-                kind = nodes[ln, P_KIND]
-                if kind == S_ARRANGE or kind == S_CONSOL or kind == S_FEEDBACK:
-                    q = nodes[ln, P_Q]
-                    work = cn[_bn(q)] != 0 and cn[_bmin(q)] <= j
-                    if not work:
-                        cn[_bn(nodes[ln, P_D])] = 0
-                elif kind == S_JOIN:
-                    work = cn[_bn(nodes[nodes[ln, P_LEFT], P_D])] != 0 or \
-                        cn[_bn(nodes[nodes[ln, P_RIGHT], P_D])] != 0
-                elif kind == S_REDUCE:
-                    q = nodes[ln, P_Q]
-                    work = cn[_bn(nodes[nodes[ln, P_ARR], P_D])] != 0 or \
-                        (cn[_bn(q)] != 0 and cn[_bmin(q)] <= j)
-                else:
-                    continue
-                if work:
-                    if cn[SC_NBIG]:
-                        _fit_node(nodes, bufs, cn, ln, False)
-                    cn[SC_STAGE] = 0
-                    code = _step(nodes, lp, bufs, cn, tab, arena, meta, ln, t, j)
-                    while code != DONE:
-                        tab, arena = _serve(nodes, bufs, cn, tab, arena, meta, ln, j, code)
-                        code = _step(nodes, lp, bufs, cn, tab, arena, meta, ln, t, j)
-                    if cn[SC_NBIG]:
-                        _fit_node(nodes, bufs, cn, ln, True)
-                elif cn[SC_NBIG]:
-                    _drop_idle(nodes, bufs, cn, ln)
-            # deltas of arrangements not inserted by their reader go in now
-            for ln in range(nl):
-                if nodes[ln, P_KIND] != S_ARRANGE:
-                    continue
-                d = nodes[ln, P_D]
-                if cn[_bn(d)] and nodes[ln, P_FUSED] == 0:
-                    cn[SC_STAGE] = -1
-                    code = _step(nodes, lp, bufs, cn, tab, arena, meta, ln, t, j)
-                    while code != DONE:
-                        tab, arena = _serve(nodes, bufs, cn, tab, arena, meta, ln, j, code)
-                        code = _step(nodes, lp, bufs, cn, tab, arena, meta, ln, t, j)
-                cn[_bn(d)] = 0
-            info[2] += 1
-            j = _next_round(lp, cn, j + 1)
+            ln = cn[SC_LN]
+            if code == R_WARN:
+                _cb_warn(loop, cn[SC_J])
+            elif code == R_FIT_PRE:
+                _fit_node(nodes, bufs, cn, ln, False)
+            elif code == R_FIT_POST:
+                _fit_node(nodes, bufs, cn, ln, True)
+            elif code == R_IDLE:
+                _drop_idle(nodes, bufs, cn, ln)
+            else:
+                tab, arena = _serve(nodes, bufs, cn, tab, arena, meta, ln, cn[SC_J], code)
         if status != OK:
             break
     # the steps' statistics (kept in cn, so that they are not lost if a step raises)
