@@ -816,13 +816,14 @@ def test_dataflow_loops_argument(monkeypatch):
         assert df._native.sequential == [loops == "sequential"]
 
 
-def _seq_reach(rng, n, m, n_roots, double=False):
+def _seq_reach(rng, n, m, n_roots, double=False, shared=False):
     """The benchmark's reachability (multiset edges, no distinct on the inputs) with
     sequential loops, loaded with a random graph at time 0 and run; returns
     ``(df, (roots input, edges input), check, src, dst)``, ``check(t, src, dst)``
     comparing the output at ``t`` with BFS over those edges (and returning how many
     pairs it has). ``double``: the loop variable is concatenated with itself first
-    (the same answer)."""
+    (the same answer). ``shared``: the loop variable is arranged once and joined with
+    the edges twice (the same answer)."""
     from ddnumba.demo import bfs_reachable
     src, dst = rng.integers(0, n, m), rng.integers(0, n, m)
     roots = rng.choice(n, n_roots, replace=False)
@@ -830,11 +831,18 @@ def _seq_reach(rng, n, m, n_roots, double=False):
     ri, r = df.new_input(["node"])
     ei, e = df.new_input(["src", "dst"])
     start = r.map(lambda x: (x, x), names=["root", "node"])
-    reach = start.iterate(
-        lambda v: (v.concat(v) if double else v)
-                   .map(lambda root, node: (node, root), names=["node", "root"])
-                   .join(e).map(lambda node, root, d: (root, d), names=["root", "node"])
-                   .concat(start).distinct())
+    def body(v):
+        x = (v.concat(v) if double else v).map(lambda root, node: (node, root),
+                                               names=["node", "root"])
+        if shared:
+            a = x.arrange_by_key(key=1)
+            hops = a.join(e).concat(a.join(e))
+        else:
+            hops = x.join(e)
+        return hops.map(lambda node, root, d: (root, d), names=["root", "node"]) \
+            .concat(start).distinct()
+
+    reach = start.iterate(body)
     cap = reach.capture()
     ei.insert(src, dst, time=0)
     ri.insert(roots, time=0)
@@ -975,6 +983,26 @@ def test_sequential_routes_sharing_a_sink_get_room_for_all(monkeypatch, big):
     assert len(shared) >= 2, "no node with routes sharing a sink"
     assert check(0, src, dst) > 100
     _slide(rng, df, inputs, check, src, dst, [1, 9, 60], n)
+
+
+def test_sequential_shared_arrangement_resumes_its_insert_at_the_round_end():
+    """An arrangement with two readers (the loop variable's, read by two joins) goes
+    into its trace when the round ends, after both have read it. The load makes that
+    insert outgrow the table and the arena: the round returns a request from its last
+    part and resumes after it, past the rows already in. Reachability against BFS
+    through the load and sliding changes (a key inserted twice would keep nodes
+    reachable after their last in-edge goes)."""
+    from ddnumba.kernels import seqloop as S
+    rng = np.random.default_rng(31)
+    n = 3000
+    df, inputs, check, src, dst = _seq_reach(rng, n, 2 * n, 8, shared=True)
+    lp, _ = df._native.st[12][0]
+    nodes = S._nodes(lp)
+    late = [ln for ln in range(nodes.shape[0])
+            if nodes[ln, S.P_KIND] == S.S_ARRANGE and nodes[ln, S.P_FUSED] == 0]
+    assert late, "no arrangement inserted at the round's end"
+    assert check(0, src, dst) > 1000
+    _slide(rng, df, inputs, check, src, dst, [1, 9, 60, 200], n)
 
 
 def _check_counters(df, S, big):
