@@ -23,7 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["checkout", "probe", "run_side", "compare", "summarize", "main"]
+__all__ = ["checkout", "probe", "run_side", "compare", "summarize", "pair_interval",
+           "verdict", "main"]
 
 _TAG = "ABRESULT "
 
@@ -139,9 +140,42 @@ def run_side(tree, n, batch, changes, *, engine="native", loops=None, timeout=No
                   timeout=timeout)
 
 
-def summarize(runs):
+def pair_interval(ratios, level=0.95):
+    """``(geomean, lo, hi)`` of per-pair ratios: their geometric mean and its
+    ``level`` confidence interval (Student's t on the log ratios; a ratio varies by
+    a factor, so its logarithm is what spreads symmetrically). With one pair the
+    interval is unbounded."""
+    r = np.asarray(ratios, dtype=np.float64)
+    if r.size == 0 or not np.all(np.isfinite(r) & (r > 0)):
+        raise ValueError("pair_interval: needs positive, finite ratios")
+    logs = np.log(r)
+    mean = float(logs.mean())
+    if logs.size < 2:
+        return float(np.exp(mean)), 0.0, float("inf")
+    from scipy.stats import t as student_t
+    half = (float(student_t.ppf(0.5 + level / 2, logs.size - 1))
+            * float(logs.std(ddof=1)) / np.sqrt(logs.size))
+    return float(np.exp(mean)), float(np.exp(mean - half)), float(np.exp(mean + half))
+
+
+def verdict(lo, hi, tolerance):
+    """What the interval ``[lo, hi]`` of new/base says: ``"faster"`` or ``"slower"``
+    when it excludes 1, ``"same"`` when it lies within ``1 +- tolerance`` (no
+    difference that large), else ``"undecided"``."""
+    if lo > 1:
+        return "faster"
+    if hi < 1:
+        return "slower"
+    if lo >= 1 - tolerance and hi <= 1 + tolerance:
+        return "same"
+    return "undecided"
+
+
+def summarize(runs, *, tolerance=0.02):
     """Medians per side and the new/base ratios of ``runs``, a list of
-    ``(pair, side, figures)`` with ``side`` in ``("base", "new")``."""
+    ``(pair, side, figures)`` with ``side`` in ``("base", "new")``: the ratio of the
+    medians, each pair's ratio, their geometric mean with its 95% interval
+    (``geomean``, ``lo``, ``hi``) and the :func:`verdict` at ``tolerance``."""
     out = {}
     for side in ("base", "new"):
         figs = [f for _, s, f in runs if s == side]
@@ -154,20 +188,44 @@ def summarize(runs):
     out["ratio"] = out["new"]["changes_per_s"] / out["base"]["changes_per_s"]
     out["pair_ratios"] = per_pair
     out["pairs_new_faster"] = sum(r > 1 for r in per_pair)
+    if per_pair:
+        out["geomean"], out["lo"], out["hi"] = pair_interval(per_pair)
+        out["verdict"] = verdict(out["lo"], out["hi"], tolerance)
+    else:
+        out["geomean"], out["lo"], out["hi"], out["verdict"] = (
+            float("nan"), 0.0, float("inf"), "undecided")
     out["check"] = all(f.get("check") for _, _, f in runs)
     return out
 
 
+def _verdict_line(s, tolerance):
+    n = len(s["pair_ratios"])
+    words = {"faster": "new is faster", "slower": "new is slower",
+             "same": f"no difference beyond {100 * tolerance:.0f}%",
+             "undecided": "undecided (the pairs disagree more than the difference; "
+                          "add pairs: --max-pairs)"}
+    hi = "inf" if not np.isfinite(s["hi"]) else f"{s['hi']:.3f}"
+    return (f"pair ratios: geometric mean {s['geomean']:.3f}x, 95% interval "
+            f"{s['lo']:.3f}-{hi}x over {n} pair{'s' if n != 1 else ''}, range "
+            f"{min(s['pair_ratios']):.3f}-{max(s['pair_ratios']):.3f}: "
+            f"{words[s['verdict']]}")
+
+
 def compare(base, new, *, nodes=1000, batch=1000, changes=None, pairs=4,
-            engine="native", loops=None, workdir=None, out=print):
-    """Alternate fresh processes of the two sides (ABBA), ``pairs`` of each; print a
-    line per run and the summary; return ``(runs, summary)``."""
+            max_pairs=None, tolerance=0.02, engine="native", loops=None,
+            workdir=None, out=print):
+    """Alternate fresh processes of the two sides (ABBA), ``pairs`` of each, then one
+    pair at a time while the verdict is ``"undecided"`` and fewer than ``max_pairs``
+    (default ``pairs``) have run; print a line per run and the summary; return
+    ``(runs, summary)``."""
     changes = changes or max(20 * batch, 200)
+    max_pairs = max(max_pairs or pairs, pairs)
     (lb, tb), (ln, tn) = (checkout(base, workdir=workdir),
                           checkout(new, workdir=workdir) if new else
                           (f"working tree ({_own_tree()})", _own_tree()))
+    more = f" (up to {max_pairs} until decided)" if max_pairs > pairs else ""
     out(f"ab: base = {lb}\n    new  = {ln}\n    N={nodes} B={batch}, {changes} changes "
-        f"per run, engine={engine}, loops={loops or 'default'}, {pairs} pairs")
+        f"per run, engine={engine}, loops={loops or 'default'}, {pairs} pairs{more}")
     for tree, label in {tb: lb, tn: ln}.items():
         # The first run in a tree compiles its kernels into the tree's own cache.
         out(f"ab: warming {label} (compiles its kernels on first use: minutes)")
@@ -178,7 +236,13 @@ def compare(base, new, *, nodes=1000, batch=1000, changes=None, pairs=4,
     runs = []
     out(f"{'pair':>4} {'side':>4} {'p50_ms':>10} {'changes/s':>11} {'load_s':>7} "
         f"{'peak_GiB':>8} check")
-    for p in range(pairs):
+    p = 0
+    while p < max_pairs:
+        if p >= pairs:
+            s = summarize(runs, tolerance=tolerance)
+            if s["verdict"] != "undecided":
+                break
+            out(_verdict_line(s, tolerance) + f"; pair {p + 1} next")
         order = ("base", "new") if p % 2 == 0 else ("new", "base")
         for side in order:
             fig = run_side(tb if side == "base" else tn, nodes, batch, changes,
@@ -187,13 +251,15 @@ def compare(base, new, *, nodes=1000, batch=1000, changes=None, pairs=4,
             out(f"{p + 1:>4} {side:>4} {fig['p50_ms']:>10.3f} "
                 f"{fig['changes_per_s']:>11.0f} {fig['load_s']:>7.2f} "
                 f"{fig['peak_gib']:>8.2f} {fig['check']}")
-    s = summarize(runs)
+        p += 1
+    s = summarize(runs, tolerance=tolerance)
     b, n_ = s["base"], s["new"]
     out(f"median p50: base {b['p50_ms']:.3f} ms, new {n_['p50_ms']:.3f} ms; changes/s: "
         f"base {b['changes_per_s']:.0f}, new {n_['changes_per_s']:.0f}: new/base "
         f"{s['ratio']:.3f}x; new faster in {s['pairs_new_faster']} of "
         f"{len(s['pair_ratios'])} pairs (ratios "
         f"{', '.join(f'{r:.3f}' for r in s['pair_ratios'])})")
+    out(_verdict_line(s, tolerance))
     out(f"median load: base {b['load_s']:.2f} s, new {n_['load_s']:.2f} s; peak: base "
         f"{b['peak_gib']:.2f} GiB, new {n_['peak_gib']:.2f} GiB; answers "
         f"{'all match BFS' if s['check'] else 'DO NOT all match BFS'}")
@@ -211,6 +277,13 @@ def add_parser(sub):
     a.add_argument("--changes", type=int, default=None,
                    help="changes per run (default: max(20 * B, 200))")
     a.add_argument("--pairs", type=int, default=4)
+    a.add_argument("--max-pairs", type=int, default=None,
+                   help="after --pairs, add pairs one at a time while the 95%% interval "
+                        "of new/base holds 1 and is wider than --tolerance, up to this "
+                        "many (default: --pairs, no more)")
+    a.add_argument("--tolerance", type=float, default=0.02,
+                   help="a difference below this fraction counts as none (default "
+                        "0.02)")
     a.add_argument("--engine", choices=("auto", "native", "python"), default="native")
     a.add_argument("--loops", choices=("rounds", "sequential"), default=None)
     a.add_argument("--workdir", default=None,
@@ -220,8 +293,15 @@ def add_parser(sub):
 def main(args):
     if args.pairs < 1:
         raise SystemExit("ab: --pairs must be at least 1")
+    if args.max_pairs is not None and args.max_pairs < args.pairs:
+        raise SystemExit(f"ab: --max-pairs ({args.max_pairs}) is below --pairs "
+                         f"({args.pairs})")
+    if not 0 < args.tolerance < 1:
+        raise SystemExit(f"ab: --tolerance must be a fraction in (0, 1), not "
+                         f"{args.tolerance}")
     _, s = compare(args.base, args.new, nodes=args.nodes, batch=args.batch,
-                   changes=args.changes, pairs=args.pairs, engine=args.engine,
+                   changes=args.changes, pairs=args.pairs, max_pairs=args.max_pairs,
+                   tolerance=args.tolerance, engine=args.engine,
                    loops=args.loops, workdir=args.workdir,
                    out=lambda m: print(m, flush=True))
     if not s["check"]:

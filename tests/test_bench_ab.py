@@ -1,5 +1,6 @@
 """``python -m ddnumba.bench ab``: two versions of the code in alternating fresh
 processes, each importing ddnumba from its own tree, with answers checked."""
+import math
 import subprocess
 from pathlib import Path
 
@@ -70,6 +71,10 @@ def test_bad_sides_are_refused(tmp_path):
         benchab.checkout(str(tmp_path), workdir=tmp_path)
     with pytest.raises(SystemExit, match="pairs"):
         main(["ab", "--base", str(ROOT), "--pairs", "0"])
+    with pytest.raises(SystemExit, match="--max-pairs .3. is below --pairs .4."):
+        main(["ab", "--base", str(ROOT), "--pairs", "4", "--max-pairs", "3"])
+    with pytest.raises(SystemExit, match="tolerance"):
+        main(["ab", "--base", str(ROOT), "--tolerance", "1.5"])
 
 
 def test_a_failing_side_reports_its_error(tmp_path):
@@ -81,3 +86,93 @@ def test_a_failing_side_reports_its_error(tmp_path):
     _, tree = benchab.checkout(str(tmp_path))
     with pytest.raises(SystemExit, match="broken tree"):
         benchab.run_side(tree, 50, 5, 10)
+
+
+def test_pair_interval_is_a_t_interval_on_log_ratios():
+    # Identical ratios: no spread, the interval is the point.
+    g, lo, hi = benchab.pair_interval([1.1, 1.1, 1.1])
+    assert g == pytest.approx(1.1) and lo == pytest.approx(1.1) and hi == pytest.approx(1.1)
+    # Two pairs: Student's t with one degree of freedom (12.706), worked by hand.
+    a, b = math.log(0.9), math.log(1.1)
+    mean, sd = (a + b) / 2, abs(b - a) / math.sqrt(2)
+    half = 12.7062 * sd / math.sqrt(2)
+    g, lo, hi = benchab.pair_interval([0.9, 1.1])
+    assert g == pytest.approx(math.sqrt(0.99))
+    assert lo == pytest.approx(math.exp(mean - half), rel=1e-4)
+    assert hi == pytest.approx(math.exp(mean + half), rel=1e-4)
+    # Eight pairs (t = 2.3646 at 7 degrees of freedom).
+    r = [1.02, 0.97, 1.10, 1.05, 0.99, 1.08, 1.03, 1.06]
+    logs = [math.log(x) for x in r]
+    m = sum(logs) / 8
+    sd = math.sqrt(sum((x - m) ** 2 for x in logs) / 7)
+    g, lo, hi = benchab.pair_interval(r)
+    assert g == pytest.approx(math.exp(m))
+    assert lo == pytest.approx(math.exp(m - 2.3646 * sd / math.sqrt(8)), rel=1e-4)
+    assert hi == pytest.approx(math.exp(m + 2.3646 * sd / math.sqrt(8)), rel=1e-4)
+    # One pair: no interval.
+    assert benchab.pair_interval([1.2]) == (pytest.approx(1.2), 0.0, float("inf"))
+    with pytest.raises(ValueError):
+        benchab.pair_interval([1.0, 0.0])
+
+
+def test_verdict():
+    assert benchab.verdict(1.01, 1.2, 0.02) == "faster"
+    assert benchab.verdict(0.8, 0.99, 0.02) == "slower"
+    assert benchab.verdict(0.985, 1.015, 0.02) == "same"
+    assert benchab.verdict(0.97, 1.015, 0.02) == "undecided"
+    assert benchab.verdict(0.0, float("inf"), 0.02) == "undecided"
+
+
+def _fake_tree(path):
+    for d in ("ddnumba", "kernels"):
+        (path / d).mkdir(parents=True)
+        (path / d / "__init__.py").write_text("")
+    return str(path)
+
+
+def _scripted(monkeypatch, base_tree, new_ratios):
+    """Replace the child runs: the base side always runs 1000 changes/s; the new
+    side's k-th measured run runs ``1000 * new_ratios[k]``."""
+    calls = []
+
+    def run_side(tree, n, batch, changes, **kw):
+        calls.append((str(tree), batch))
+        if batch == 10 and changes == 20:            # the warm-up run
+            return {"p50_ms": 1.0, "changes_per_s": 1.0, "load_s": 0.0,
+                    "peak_gib": 0.0, "check": True}
+        if str(tree) == base_tree:
+            cps = 1000.0
+        else:
+            cps = 1000.0 * new_ratios[sum(1 for t, b in calls if t != base_tree
+                                          and b != 10) - 1]
+        return {"p50_ms": batch * 1000 / cps, "changes_per_s": cps, "load_s": 1.0,
+                "peak_gib": 0.1, "check": True}
+    monkeypatch.setattr(benchab, "run_side", run_side)
+    return calls
+
+
+@pytest.mark.parametrize("ratios, pairs, max_pairs, ran, verdict", [
+    # Decided after the first pairs: no more are run.
+    ([1.10, 1.12, 1.09, 1.11, 1.5, 1.5], 4, 6, 4, "faster"),
+    # Undecided after 3, 4 and 5, decided after the 6th (the interval leaves 1).
+    ([1.2, 0.95, 1.1, 1.15, 1.12, 1.14, 0.5, 0.5], 3, 8, 6, "faster"),
+    # Never decided: stops at max_pairs.
+    ([1.3, 0.7, 1.3, 0.7, 1.3, 0.7, 1.3, 0.7], 2, 6, 6, "undecided"),
+    # Pairs that agree closely on no change.
+    ([1.0, 1.004, 0.996, 1.001, 0.999, 1.5], 5, 6, 5, "same"),
+    # Without max_pairs exactly `pairs` pairs, decided or not.
+    ([1.3, 0.7, 1.3, 0.7], 2, None, 2, "undecided"),
+])
+def test_ab_adds_pairs_until_decided(tmp_path, monkeypatch, capsys, ratios, pairs,
+                                     max_pairs, ran, verdict):
+    base, new = _fake_tree(tmp_path / "b"), _fake_tree(tmp_path / "n")
+    _scripted(monkeypatch, str(Path(base).resolve()), ratios)
+    runs, s = benchab.compare(base, new, nodes=10, batch=5, changes=50, pairs=pairs,
+                              max_pairs=max_pairs)
+    assert len({p for p, _, _ in runs}) == ran and len(runs) == 2 * ran
+    assert [side for p, side, _ in runs[:4]] == ["base", "new", "new", "base"][:len(runs[:4])]
+    assert s["pair_ratios"] == pytest.approx(ratios[:ran])
+    assert s["verdict"] == verdict
+    out = capsys.readouterr().out
+    assert "geometric mean" in out and "95% interval" in out
+    assert out.count("next") == ran - pairs     # one progress line per added pair
