@@ -27,7 +27,9 @@ after every single change).
 
 ``python -m ddnumba.bench profile --nodes N --batch B`` runs the same workload under
 Linux ``perf`` and prints where the time goes by kernel (see :mod:`ddnumba.profiling`);
-with ``--callers`` it also splits reference counting by the kernel that calls it.
+with ``--callers`` it also splits reference counting by the kernel that calls it, and
+with ``--annotate KERNEL[,KERNEL...]`` it places the samples of those kernels on their
+instructions.
 
 ``python -m ddnumba.bench ab --base REV`` compares two versions of the code on this
 workload in one sitting, in alternating fresh processes (see :mod:`ddnumba.benchab`).
@@ -312,7 +314,7 @@ def run_reach_sweep(n, segments, *, workers=1, engine=None, progress=False):
 
 
 def profile_reach(n, batch, changes, *, out="reach.perf.data", top=25, engine=None,
-                  callers=False, loops=None):
+                  callers=False, loops=None, annotate=()):
     """Load the ``n``-node graph, then record ``changes`` changes (``batch`` per run)
     with Linux ``perf`` attached to this process, named through a perf map of the
     compiled kernels (:mod:`ddnumba.profiling`). Returns ``(figures, top symbols)``.
@@ -320,12 +322,21 @@ def profile_reach(n, batch, changes, *, out="reach.perf.data", top=25, engine=No
     ``callers``: also save each sample's top stack words (``--call-graph dwarf``) and
     attribute reference counting to its callers; ``figures["refcount"]`` is then
     ``(share of all samples, [(percent, samples, caller)])`` (see
-    :func:`ddnumba.profiling.refcount_callers`)."""
+    :func:`ddnumba.profiling.refcount_callers`).
+
+    ``annotate``: names of compiled functions (e.g. ``"_reduce_keys"``, matched as in
+    :func:`ddnumba.profiling.capture_code`; a name that matches nothing raises
+    SystemExit before the recording) whose samples are placed on their instructions;
+    ``figures["annotate"]`` is then ``[Annotation]`` (full listings written to
+    ``<out>.<name>.annotated.txt``, see :func:`ddnumba.profiling.annotate`), or a
+    message saying why the code cannot be disassembled here. Needs the functions
+    compiled in this process (an empty ``NUMBA_CACHE_DIR``), as their names do."""
     import shutil
     import signal
     import subprocess
 
-    from .profiling import perf_top, refcount_callers, write_perf_map
+    from .profiling import (annotate as annotate_code, capture_code, perf_top,
+                            refcount_callers, write_perf_map)
 
     perf = shutil.which("perf")
     if perf is None:
@@ -335,6 +346,8 @@ def profile_reach(n, batch, changes, *, out="reach.perf.data", top=25, engine=No
         session.load()
         session.feed(batch, batch)          # everything the runs use is compiled now
         map_path = write_perf_map()
+        # the machine code lives in this process: copy it while it is alive
+        codes = capture_code(map_path, annotate) if annotate else []
         # (1 KiB of stack per sample holds the words refcount_callers scans)
         graph = ["--call-graph", "dwarf,1024"] if callers else []
         rec = subprocess.Popen([perf, "record", "-F", "999", *graph, "-p",
@@ -355,6 +368,12 @@ def profile_reach(n, batch, changes, *, out="reach.perf.data", top=25, engine=No
                               stderr=subprocess.DEVNULL, text=True,
                               errors="replace") as rep:
             figures["refcount"] = refcount_callers(rep.stdout, map_path, top=top)
+    if annotate:
+        try:
+            figures["annotate"] = annotate_code(out, codes, out_prefix=out,
+                                                map_path=map_path)
+        except RuntimeError as e:       # no objdump, or not x86-64: the rest stands
+            figures["annotate"] = str(e)
     return figures, perf_top(out, top)
 
 
@@ -480,12 +499,28 @@ def main(argv=None):
                     help="use Numba's on-disk cache (faster start, but helpers inside "
                          "cached kernels get no names, so their samples are counted "
                          "under a neighbouring symbol)")
+    pr.add_argument("--annotate", metavar="KERNEL[,KERNEL...]", default=None,
+                    help="also place the samples of these compiled functions on their "
+                         "instructions (names match the end of a symbol, e.g. "
+                         "_reduce_keys or seqloop._reduce_keys): prints the hottest "
+                         "instructions with context and writes the full listing to "
+                         "<out>.<KERNEL>.annotated.txt (needs objdump, x86-64)")
     from . import benchab
     benchab.add_parser(sub)
     args = p.parse_args(argv)
     if args.cmd == "ab":
         benchab.main(args)
         return
+    annotate = []
+    if args.cmd == "profile" and args.annotate is not None:
+        annotate = [k.strip() for k in args.annotate.split(",") if k.strip()]
+        if not annotate:
+            p.error("profile: --annotate needs at least one function name")
+        if args.cached:
+            # code loaded from the cache names only its entry points: a helper cannot
+            # be found, and an entry point's extent runs over its unnamed helpers
+            p.error("profile: --annotate needs the kernels compiled afresh in the "
+                    "process (their functions' names and extents); drop --cached")
     if args.cmd == "profile" and not args.cached and not os.environ.get("_DDNUMBA_FRESH"):
         # Named helpers need code compiled in this process: rerun with an empty cache
         # (the kernels compile afresh, a few minutes).
@@ -503,7 +538,7 @@ def main(argv=None):
         fig, rows = profile_reach(args.nodes, args.batch,
                                   args.changes or max(20 * args.batch, 200),
                                   out=args.out, top=args.top, callers=args.callers,
-                                  loops=args.loops)
+                                  loops=args.loops, annotate=annotate)
         print(f"N={args.nodes} B={args.batch}: {fig['changes_per_s']:.0f} changes/s, "
               f"p50 {fig['p50_ms']:.2f} ms (perf attached); perf data: {args.out}")
         print(f"{'share':>7} {'samples':>8}  symbol")
@@ -514,6 +549,13 @@ def main(argv=None):
             print(f"reference counting: {share:.2f}% of all samples, by caller:")
             for pct, cnt, name in callers:
                 print(f"{pct:6.2f}% {cnt:8d}  {name}")
+        ann = fig.get("annotate", [])
+        if isinstance(ann, str):        # why the code cannot be disassembled here
+            print(f"profile --annotate: {ann}")
+            ann = []
+        for a in ann:
+            print()
+            print(a.summary(top=15), end="")
         return
     engines = list(dict.fromkeys(args.engine)) if args.engine else [None]
     rows = []
