@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["checkout", "probe", "run_side", "compare", "summarize", "pair_interval",
-           "verdict", "main"]
+           "verdict", "best_of_runs", "main"]
 
 _TAG = "ABRESULT "
 
@@ -58,6 +58,7 @@ if not args.get("probe"):
     out = bench.run_reach(args["n"], args["batch"], args["changes"], **kw)
     for k in ("p50_ms", "p99_ms", "changes_per_s", "load_s", "check", "engine", "loops"):
         res[k] = out.get(k)
+    res["latencies"] = [float(x) for x in out.get("latencies", [])]
     res["peak_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20
 print("ABRESULT " + json.dumps(res), flush=True)
 """
@@ -171,11 +172,28 @@ def verdict(lo, hi, tolerance):
     return "undecided"
 
 
+def best_of_runs(runs, side):
+    """Seconds per run of ``side`` when each run (``batch`` index) takes its least
+    time over that side's runs in ``runs``: the sum of the per-batch minima, or None
+    when the runs' latencies are missing or of different lengths.
+
+    Every run feeds the same batches, so a batch's fastest time over several runs
+    is its time with the least interference; on a shared machine whose slowdowns
+    come and go for seconds (a whole run at 0.7x its speed, say) this is far steadier
+    than any one run's median."""
+    lats = [f.get("latencies") for _, s, f in runs if s == side]
+    if not lats or any(not x for x in lats) or len({len(x) for x in lats}) != 1:
+        return None
+    return float(np.min(np.asarray(lats, dtype=np.float64), axis=0).sum())
+
+
 def summarize(runs, *, tolerance=0.02):
     """Medians per side and the new/base ratios of ``runs``, a list of
     ``(pair, side, figures)`` with ``side`` in ``("base", "new")``: the ratio of the
     medians, each pair's ratio, their geometric mean with its 95% interval
-    (``geomean``, ``lo``, ``hi``) and the :func:`verdict` at ``tolerance``."""
+    (``geomean``, ``lo``, ``hi``) and the :func:`verdict` at ``tolerance``; and
+    ``best_ratio``, base/new of :func:`best_of_runs` (None without latencies), with
+    ``best_halves``, the same from the first and the second half of the pairs."""
     out = {}
     for side in ("base", "new"):
         figs = [f for _, s, f in runs if s == side]
@@ -194,6 +212,16 @@ def summarize(runs, *, tolerance=0.02):
     else:
         out["geomean"], out["lo"], out["hi"], out["verdict"] = (
             float("nan"), 0.0, float("inf"), "undecided")
+    bb, bn = best_of_runs(runs, "base"), best_of_runs(runs, "new")
+    out["best_ratio"] = bb / bn if bb and bn else None
+    if out["best_ratio"] is not None:
+        # the same estimate from each half of the pairs: how far it moves
+        half = len(pairs) // 2
+        parts = [[r for r in runs if r[0] in pairs[:half]],
+                 [r for r in runs if r[0] in pairs[half:]]]
+        out["best_halves"] = [best_of_runs(q, "base") / best_of_runs(q, "new")
+                              for q in parts if best_of_runs(q, "base")
+                              and best_of_runs(q, "new")] if half else []
     out["check"] = all(f.get("check") for _, _, f in runs)
     return out
 
@@ -260,6 +288,12 @@ def compare(base, new, *, nodes=1000, batch=1000, changes=None, pairs=4,
         f"{len(s['pair_ratios'])} pairs (ratios "
         f"{', '.join(f'{r:.3f}' for r in s['pair_ratios'])})")
     out(_verdict_line(s, tolerance))
+    if s.get("best_ratio") is not None:
+        halves = s.get("best_halves") or []
+        out(f"best of runs per batch (each batch's least time over a side's runs): "
+            f"new/base {s['best_ratio']:.3f}x"
+            + (f"; from each half of the pairs {' and '.join(f'{h:.3f}x' for h in halves)}"
+               if len(halves) == 2 else ""))
     out(f"median load: base {b['load_s']:.2f} s, new {n_['load_s']:.2f} s; peak: base "
         f"{b['peak_gib']:.2f} GiB, new {n_['peak_gib']:.2f} GiB; answers "
         f"{'all match BFS' if s['check'] else 'DO NOT all match BFS'}")

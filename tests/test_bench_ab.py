@@ -27,6 +27,8 @@ def test_ab_alternates_fresh_processes_and_summarizes(capsys):
     out = capsys.readouterr().out
     assert "warming" in out and out.count("warming") == 1     # one tree, warmed once
     assert "new/base" in out and "all match BFS" in out
+    assert all(len(f["latencies"]) == 8 for _, _, f in runs)   # 40 changes, 5 a run
+    assert s["best_ratio"] > 0 and "best of runs per batch" in out
 
 
 def test_summary_ratio_and_pairs():
@@ -40,8 +42,29 @@ def test_summary_ratio_and_pairs():
     assert s["ratio"] == pytest.approx(1.3)
     assert s["pair_ratios"] == pytest.approx([1.5, 0.9, 130 / 110])
     assert s["pairs_new_faster"] == 2 and s["check"]
+    assert s["best_ratio"] is None           # no latencies given
     runs[3] = (1, "base", fig(100, check=False))
     assert not benchab.summarize(runs)["check"]
+
+
+def test_best_of_runs_takes_each_batch_least_time():
+    def fig(lat):
+        return {"p50_ms": 1.0, "changes_per_s": 1.0, "load_s": 1.0, "peak_gib": 0.5,
+                "check": True, "latencies": lat}
+    runs = [(0, "base", fig([1.0, 2.0, 3.0])), (0, "new", fig([1.0, 1.0, 1.0])),
+            (1, "new", fig([0.5, 3.0, 2.0])), (1, "base", fig([2.0, 1.0, 5.0])),
+            (2, "base", fig([4.0, 4.0, 4.0])), (2, "new", fig([0.5, 0.5, 9.0])),
+            (3, "new", fig([2.0, 2.0, 2.0])), (3, "base", fig([1.0, 1.0, 1.0]))]
+    # base minima 1, 1, 1 -> 3; new minima 0.5, 0.5, 1 -> 2
+    assert benchab.best_of_runs(runs, "base") == pytest.approx(3.0)
+    assert benchab.best_of_runs(runs, "new") == pytest.approx(2.0)
+    s = benchab.summarize(runs)
+    assert s["best_ratio"] == pytest.approx(1.5)
+    # pairs 0-1: base 1+1+3 = 5, new 0.5+1+1 = 2.5; pairs 2-3: base 3, new 0.5+0.5+2
+    assert s["best_halves"] == pytest.approx([2.0, 1.0])
+    runs[0] = (0, "base", fig([1.0, 2.0]))     # runs of different lengths: no figure
+    assert benchab.best_of_runs(runs, "base") is None
+    assert benchab.summarize(runs)["best_ratio"] is None
 
 
 def test_a_revision_is_checked_out_once_and_imported_from_its_tree(tmp_path):
