@@ -173,9 +173,10 @@ def verdict(lo, hi, tolerance):
 
 
 def best_of_runs(runs, side):
-    """Seconds per run of ``side`` when each run (``batch`` index) takes its least
-    time over that side's runs in ``runs``: the sum of the per-batch minima, or None
-    when the runs' latencies are missing or of different lengths.
+    """The seconds one of ``side``'s processes would take if each of its batches
+    (each ``run()`` call, by position) took its least time over all of that side's
+    processes in ``runs``: the sum of the per-batch minima. None when the runs'
+    latencies are missing or of different lengths.
 
     Every run feeds the same batches, so a batch's fastest time over several runs
     is its time with the least interference; on a shared machine whose slowdowns
