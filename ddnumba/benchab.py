@@ -213,16 +213,17 @@ def summarize(runs, *, tolerance=0.02):
     else:
         out["geomean"], out["lo"], out["hi"], out["verdict"] = (
             float("nan"), 0.0, float("inf"), "undecided")
-    bb, bn = best_of_runs(runs, "base"), best_of_runs(runs, "new")
-    out["best_ratio"] = bb / bn if bb and bn else None
-    if out["best_ratio"] is not None:
+    def best_ratio(rs):
+        bb, bn = best_of_runs(rs, "base"), best_of_runs(rs, "new")
+        return bb / bn if bb and bn else None
+
+    out["best_ratio"] = best_ratio(runs)
+    half = len(pairs) // 2
+    if out["best_ratio"] is not None and half:
         # the same estimate from each half of the pairs: how far it moves
-        half = len(pairs) // 2
-        parts = [[r for r in runs if r[0] in pairs[:half]],
-                 [r for r in runs if r[0] in pairs[half:]]]
-        out["best_halves"] = [best_of_runs(q, "base") / best_of_runs(q, "new")
-                              for q in parts if best_of_runs(q, "base")
-                              and best_of_runs(q, "new")] if half else []
+        halves = [best_ratio([r for r in runs if r[0] in part])
+                  for part in (pairs[:half], pairs[half:])]
+        out["best_halves"] = [h for h in halves if h is not None]
     out["check"] = all(f.get("check") for _, _, f in runs)
     return out
 
