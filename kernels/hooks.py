@@ -18,7 +18,7 @@ takes a page fault per 2 MiB instead of per 4 KiB.
 import numpy as np
 from numba import njit, objmode
 
-__all__ = ["set_hooks", "alloc2d", "HUGE_BYTES", "trim_heap", "release_rows"]
+__all__ = ["set_hooks", "alloc2d", "HUGE_BYTES", "LINE_BYTES", "trim_heap", "release_rows"]
 
 #: from this size on, NumPy marks an allocation for transparent huge pages (its
 #: threshold), so :func:`alloc2d` hands such allocations to it
@@ -67,15 +67,27 @@ def _cb_warn(loop, k):
         _py_warn(loop, k)
 
 
+#: arrays from :func:`alloc2d`'s NumPy path start on a cache line of this many bytes
+LINE_BYTES = 64
+
+
 def _np_alloc(rows, cols, zero):
-    return np.zeros((rows, cols), np.int64) if zero else np.empty((rows, cols), np.int64)
+    # NumPy puts a large array's data 16 bytes into its first page, so a 64-byte table
+    # row would lie across two cache lines: every probe would touch (and prefetch
+    # only the first of) two lines. The array is cut from one line more so that it
+    # starts on a line.
+    n = rows * cols
+    pad = LINE_BYTES // 8
+    buf = np.zeros(n + pad, np.int64) if zero else np.empty(n + pad, np.int64)
+    skip = (-buf.ctypes.data % LINE_BYTES) // 8
+    return buf[skip:skip + n].reshape(rows, cols)
 
 
 @njit(cache=True)
 def alloc2d(rows, cols, zero):
     """A new ``int64[rows, cols]`` (zero-filled when ``zero``). Large ones come from
-    NumPy (huge pages, see the module's text); small ones from Numba, with no call
-    into Python."""
+    NumPy (huge pages, see the module's text) and start on a cache line (LINE_BYTES);
+    small ones from Numba, with no call into Python."""
     if rows * cols * 8 < HUGE_BYTES:
         if zero:
             return np.zeros((rows, cols), np.int64)

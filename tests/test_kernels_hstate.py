@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from ddnumba.kernels import hstate as H
-from ddnumba.kernels.hooks import _MADVISE, HUGE_BYTES, RELEASE_ALIGN, alloc2d, release_rows
+from ddnumba.kernels.hooks import (_MADVISE, HUGE_BYTES, LINE_BYTES, RELEASE_ALIGN, alloc2d,
+                                   release_rows)
 
 # (kw, vw) of traces 1, 2, 3 (tags)
 SHAPES = {1: (1, 0), 2: (2, 1), 3: (1, 2)}
@@ -290,6 +291,29 @@ def test_alloc2d_below_and_above_the_numpy_threshold(rows):
     e[:] = 7
     z[-1, -1] = 1
     assert (e == 7).all() and z.sum() == 1
+    if rows * 32 >= HUGE_BYTES:
+        # NumPy's arrays are cut to start on a cache line (a 64-byte row in one line)
+        assert z.ctypes.data % LINE_BYTES == 0 and e.ctypes.data % LINE_BYTES == 0
+
+
+def test_a_grown_table_starts_on_a_cache_line():
+    """A hashed state grown past the NumPy threshold keeps every 64-byte table row in
+    one cache line, and its contents are intact."""
+    tab, arena, meta = H.new_state(2, 1)
+    n = HUGE_BYTES // 64 + 1000
+    keys = np.arange(n, dtype=np.int64)
+    dd = np.zeros((n, 4), np.int64)
+    dd[:, 1] = 1
+    dd[:, 2] = keys
+    dd[:, 3] = 3 * keys
+    tab, arena = H.insert_delta(tab, arena, meta, 1, 0, dd, n, 1, 1, 0, "x")
+    assert tab.nbytes >= HUGE_BYTES and tab.shape[1] * 8 == LINE_BYTES
+    assert tab.ctypes.data % LINE_BYTES == 0
+    assert meta[H.M_ROWS] == n and meta[H.M_LIVE] == n
+    rows = H.find_rows(tab, 1, keys[::997].reshape(-1, 1), 1)
+    assert (rows >= 0).all()
+    for k, r in zip(keys[::997], rows):
+        assert H.read_key(tab, arena, r, 0).tolist() == [[3 * k, 0, 1]]
 
 
 def _zero_rows(a):
