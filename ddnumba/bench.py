@@ -505,11 +505,15 @@ def main(argv=None):
                          "_reduce_keys or seqloop._reduce_keys): prints the hottest "
                          "instructions with context and writes the full listing to "
                          "<out>.<KERNEL>.annotated.txt (needs objdump, x86-64)")
-    from . import benchab
+    from . import benchab, benchpair
     benchab.add_parser(sub)
+    benchpair.add_parser(sub)
     args = p.parse_args(argv)
     if args.cmd == "ab":
         benchab.main(args)
+        return
+    if args.cmd == "pair":
+        benchpair.main(args)
         return
     annotate = []
     if args.cmd == "profile" and args.annotate is not None:
