@@ -79,9 +79,17 @@ def test_bench_profile_names_the_kernels(tmp_path):
     assert sum(c for _, c, _ in callers) > 0
     assert any(name.startswith("ddnumba.kernels.") for _, _, name in callers), callers
     if _disassembles():
-        (ann,) = fig["annotate"]
-        assert ann.name == kernel and 0 < ann.samples < ann.total
-        assert ann.path == str(tmp_path / "reach2.data") + f".{kernel}.annotated.txt"
+        # a name can match several compiled copies of a kernel (one per signature):
+        # each gets its own listing (.2, .3, ... after the first); the samples are on
+        # at least one of them
+        anns = fig["annotate"]
+        assert anns and all(a.name == kernel for a in anns)
+        prefix = str(tmp_path / "reach2.data") + f".{kernel}"
+        assert [a.path for a in anns] == [prefix + ".annotated.txt"] + [
+            f"{prefix}.{k}.annotated.txt" for k in range(2, len(anns) + 1)]
+        ann = max(anns, key=lambda a: a.samples)
+        assert 0 < ann.samples < ann.total
+        assert sum(a.samples for a in anns) <= ann.total
         text = open(ann.path).read()
         assert text == ann.render()
         off, n = ann.hottest(1)[0]
@@ -203,6 +211,26 @@ def test_annotate_names_the_functions_an_instruction_calls():
     assert _name_targets("call 0x1000", addr, 0x200, names) == "call 0x1000    <m.helper>"
     assert _name_targets("mov rax,0x1000", addr, 0x200, names) == "mov rax,0x1000"
     assert _name_targets("jmp 0x0", addr, 0x200, names) == "jmp 0x0"    # a jump inside
+
+
+def test_annotate_gives_each_copy_of_a_name_its_own_listing(monkeypatch, tmp_path):
+    """A name can match several compiled copies of a kernel (one per signature): each
+    gets its own Annotation, with only its own samples, and its own listing file."""
+    from ddnumba import profiling
+    monkeypatch.setattr(profiling, "_disassembler_problem", lambda: None)
+    monkeypatch.setattr(profiling, "_objdump", lambda code: _OBJDUMP)
+    monkeypatch.setattr(profiling, "_sample_ips",
+                        lambda data: [0x1000 + 0xb, 0x1000 + 0xb, 0x5000 + 0x2, 0x9999])
+    codes = [profiling.Code("probe", "m.probe", 0x1000, bytes(0x21)),
+             profiling.Code("probe", "m.probe", 0x5000, bytes(0x21))]
+    out = str(tmp_path / "rec.data")
+    anns = annotate("rec.data", codes, out_prefix=out)
+    assert [a.path for a in anns] == [f"{out}.probe.annotated.txt",
+                                      f"{out}.probe.2.annotated.txt"]
+    assert [a.samples for a in anns] == [2, 1] and all(a.total == 4 for a in anns)
+    assert anns[0].hottest(1) == [(0xb, 2)] and anns[1].hottest(1) == [(0x2, 1)]
+    for a in anns:
+        assert open(a.path).read() == a.render()
 
 
 def test_annotate_says_why_it_cannot_disassemble(monkeypatch, tmp_path):
