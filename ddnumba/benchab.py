@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["checkout", "probe", "run_side", "compare", "summarize", "pair_interval",
-           "verdict", "best_of_runs", "main"]
+           "verdict", "best_of_runs", "add_comparison_arguments", "main"]
 
 _TAG = "ABRESULT "
 
@@ -302,6 +302,16 @@ def compare(base, new, *, nodes=1000, batch=1000, changes=None, pairs=4,
     return runs, s
 
 
+def add_comparison_arguments(a):
+    """The options ``ab`` shares with ``bench pair``: ``--tolerance``, ``--engine``,
+    ``--loops``."""
+    a.add_argument("--tolerance", type=float, default=0.02,
+                   help="a difference below this fraction counts as none (default "
+                        "0.02)")
+    a.add_argument("--engine", choices=("auto", "native", "python"), default="native")
+    a.add_argument("--loops", choices=("rounds", "sequential"), default=None)
+
+
 def add_parser(sub):
     a = sub.add_parser("ab", help="compare two versions of the code in one sitting")
     a.add_argument("--base", required=True,
@@ -317,11 +327,7 @@ def add_parser(sub):
                    help="after --pairs, add pairs one at a time while the 95%% interval "
                         "of new/base holds 1 and is wider than --tolerance, up to this "
                         "many (default: --pairs, no more)")
-    a.add_argument("--tolerance", type=float, default=0.02,
-                   help="a difference below this fraction counts as none (default "
-                        "0.02)")
-    a.add_argument("--engine", choices=("auto", "native", "python"), default="native")
-    a.add_argument("--loops", choices=("rounds", "sequential"), default=None)
+    add_comparison_arguments(a)
     a.add_argument("--workdir", default=None,
                    help=f"where revisions are checked out (default {default_workdir()})")
 

@@ -130,11 +130,7 @@ def add_parser(sub):
                    help="Python file defining configure(side, session), called with "
                         "side 'A' or 'B' before that side's load and each of its "
                         "batches (default: none, an A/A run)")
-    a.add_argument("--tolerance", type=float, default=0.02,
-                   help="a difference below this fraction counts as none (default "
-                        "0.02)")
-    a.add_argument("--engine", choices=("auto", "native", "python"), default="native")
-    a.add_argument("--loops", choices=("rounds", "sequential"), default=None)
+    benchab.add_comparison_arguments(a)
 
 
 def main(args):
