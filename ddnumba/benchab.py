@@ -24,7 +24,8 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["checkout", "probe", "run_side", "compare", "summarize", "pair_interval",
-           "verdict", "best_of_runs", "add_comparison_arguments", "main"]
+           "verdict", "best_of_runs", "add_comparison_arguments",
+           "check_tolerance", "main"]
 
 _TAG = "ABRESULT "
 
@@ -312,6 +313,13 @@ def add_comparison_arguments(a):
     a.add_argument("--loops", choices=("rounds", "sequential"), default=None)
 
 
+def check_tolerance(cmd, tolerance):
+    """Exit with a message unless ``--tolerance`` is a fraction in (0, 1)."""
+    if not 0 < tolerance < 1:
+        raise SystemExit(f"{cmd}: --tolerance must be a fraction in (0, 1), not "
+                         f"{tolerance}")
+
+
 def add_parser(sub):
     a = sub.add_parser("ab", help="compare two versions of the code in one sitting")
     a.add_argument("--base", required=True,
@@ -338,9 +346,7 @@ def main(args):
     if args.max_pairs is not None and args.max_pairs < args.pairs:
         raise SystemExit(f"ab: --max-pairs ({args.max_pairs}) is below --pairs "
                          f"({args.pairs})")
-    if not 0 < args.tolerance < 1:
-        raise SystemExit(f"ab: --tolerance must be a fraction in (0, 1), not "
-                         f"{args.tolerance}")
+    check_tolerance("ab", args.tolerance)
     _, s = compare(args.base, args.new, nodes=args.nodes, batch=args.batch,
                    changes=args.changes, pairs=args.pairs, max_pairs=args.max_pairs,
                    tolerance=args.tolerance, engine=args.engine,

@@ -138,9 +138,7 @@ def main(args):
         raise SystemExit("pair: --nodes and --batch must be positive")
     if args.batches < 2:
         raise SystemExit("pair: --batches must be at least 2")
-    if not 0 < args.tolerance < 1:
-        raise SystemExit(f"pair: --tolerance must be a fraction in (0, 1), not "
-                         f"{args.tolerance}")
+    benchab.check_tolerance("pair", args.tolerance)
     configure = load_configure(args.setup) if args.setup else None
     print(f"pair: N={args.nodes} B={args.batch}, {args.batches} paired batches, "
           f"{'setup ' + args.setup if args.setup else 'A/A (no --setup)'}; two sessions "

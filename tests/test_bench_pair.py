@@ -101,3 +101,18 @@ def test_pair_command_errors(tmp_path):
         bench.main(["pair", "--tolerance", "1.5"])
     with pytest.raises(SystemExit, match="must be positive"):
         bench.main(["pair", "--batch", "0"])
+
+
+def test_pair_command_fails_when_an_answer_is_wrong(monkeypatch, capsys):
+    """A side whose final answer differs from BFS makes the command exit 1."""
+    calls = []
+
+    def recompute(self):
+        calls.append(self)
+        return 1.0, len(calls) != 2         # the second side's answer is wrong
+
+    monkeypatch.setattr(bench.ReachSession, "recompute", recompute)
+    with pytest.raises(SystemExit) as e:
+        bench.main(["pair", "--nodes", "200", "--batch", "10", "--batches", "2"])
+    assert e.value.code == 1 and len(calls) == 2
+    assert "DO NOT both match BFS" in capsys.readouterr().out
