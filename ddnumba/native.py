@@ -31,6 +31,7 @@ import warnings
 
 import numpy as np
 
+from ddnumba.kernels import hooks as _hooks
 from ddnumba.kernels import runtime as _rt
 from ddnumba.kernels import seqloop as _seq
 from ddnumba.updates import Updates
@@ -289,6 +290,7 @@ class NativeEngine:
         from ddnumba.dataflow import InputNode
 
         check_supported(df)
+        _hooks.use_huge_pages()     # large compiled-code arrays on huge pages
         self.df = df
         root, loops = _nodes_in_order(df)
         order = list(root)

@@ -15,10 +15,16 @@ for them (``madvise``; Numba's own allocations get ordinary pages). Random acces
 gigabytes of hashed state then misses the TLB far less, and filling fresh memory
 takes a page fault per 2 MiB instead of per 4 KiB.
 """
-import numpy as np
-from numba import njit, objmode
+import atexit
+import ctypes
+import os
+import sys
 
-__all__ = ["set_hooks", "alloc2d", "HUGE_BYTES", "LINE_BYTES", "trim_heap", "release_rows"]
+import numpy as np
+from numba import cfunc, njit, objmode, types
+
+__all__ = ["set_hooks", "alloc2d", "HUGE_BYTES", "LINE_BYTES", "trim_heap", "release_rows",
+           "use_huge_pages", "huge_pages_in_use"]
 
 #: from this size on, NumPy marks an allocation for transparent huge pages (its
 #: threshold), so :func:`alloc2d` hands such allocations to it
@@ -184,3 +190,105 @@ def release_rows(arr, r0, r1):
     """
     with objmode():
         _py_release(arr, r0, r1)
+
+
+# ------------------------------------------------------------- Numba's own allocations
+#
+# Numba allocates the arrays that compiled code creates (round buffers, sort scratch,
+# merge outputs) through CPython's "raw" allocator (PyMem_RawMalloc), which calls
+# malloc: large blocks come from fresh mmap regions in ordinary 4 KiB pages. Loading
+# the N=1e6 reachability graph first-touches ~5 GB that way (1.4M page faults, each
+# zero-filling a page). :func:`use_huge_pages` hooks the raw allocator's malloc: a
+# block of HUGE_BYTES or more is marked for transparent huge pages (madvise
+# MADV_HUGEPAGE on its whole 2 MiB units) before anything touches it, as NumPy does
+# for its own large arrays, so it fills a fault per 2 MiB. Everything else is the
+# default allocator's: the hook is installed only over it (it has no context; debug
+# hooks and tracemalloc have one), it calls malloc as the default does, and calloc,
+# realloc and free stay the default's.
+
+_LIBC_MALLOC = types.ExternalFunction("malloc", types.uintp(types.uintp))
+_LIBC_MADVISE = types.ExternalFunction("madvise",
+                                       types.intc(types.uintp, types.uintp, types.intc))
+_MADV_HUGEPAGE = 14
+
+
+def _raw_malloc_py(ctx, size):
+    """The raw domain's malloc: the default's (``malloc``, 1 byte for 0), with blocks
+    of HUGE_BYTES or more marked for huge pages (compiled as a C callback by
+    :func:`_raw_malloc` when first needed, so that importing costs nothing)."""
+    p = _LIBC_MALLOC(size if size > 0 else 1)
+    if p != 0 and size >= HUGE_BYTES:
+        lo = (p + RELEASE_ALIGN - 1) & ~(RELEASE_ALIGN - 1)
+        hi = (p + size) & ~(RELEASE_ALIGN - 1)
+        if hi > lo:
+            _LIBC_MADVISE(lo, hi - lo, _MADV_HUGEPAGE)
+    return p
+
+
+def _raw_malloc():
+    if _ALLOC["cfunc"] is None:
+        _ALLOC["cfunc"] = cfunc(types.uintp(types.uintp, types.uintp), cache=True,
+                                nogil=True)(_raw_malloc_py)
+    return _ALLOC["cfunc"]
+
+
+class _Allocator(ctypes.Structure):
+    # CPython's PyMemAllocatorEx
+    _fields_ = [("ctx", ctypes.c_void_p), ("malloc", ctypes.c_void_p),
+                ("calloc", ctypes.c_void_p), ("realloc", ctypes.c_void_p),
+                ("free", ctypes.c_void_p)]
+
+
+_PYMEM_DOMAIN_RAW = 0
+_ALLOC = {"default": None, "hooked": None, "exit": False, "cfunc": None}
+
+
+def _raw_allocator():
+    cur = _Allocator()
+    ctypes.pythonapi.PyMem_GetAllocator(ctypes.c_int(_PYMEM_DOMAIN_RAW), ctypes.byref(cur))
+    return cur
+
+
+def _set_raw_allocator(a):
+    ctypes.pythonapi.PyMem_SetAllocator(ctypes.c_int(_PYMEM_DOMAIN_RAW), ctypes.byref(a))
+
+
+def huge_pages_in_use():
+    """Whether the raw allocator's malloc is :func:`use_huge_pages`'s hook now."""
+    return _ALLOC["hooked"] is not None and \
+        _raw_allocator().malloc == _ALLOC["hooked"].malloc
+
+
+def use_huge_pages(on=True):
+    """Hook (``on``) or unhook the raw allocator's malloc so that the large arrays
+    compiled code creates get transparent huge pages (see above). Returns whether the
+    hook is in place afterwards.
+
+    Does nothing off Linux, with ``DDNUMBA_HUGE_PAGES=0`` in the environment, or
+    when the raw allocator is not CPython's default (``PYTHONMALLOC=debug``, ``-X
+    dev``, tracemalloc tracing: they wrap it with a context of their own). Unhooking
+    happens only while the hook is still the raw allocator (tracemalloc started
+    later wraps it and keeps calling it), and at interpreter exit."""
+    if not on:
+        if huge_pages_in_use():
+            _set_raw_allocator(_ALLOC["default"])
+        return huge_pages_in_use()
+    if huge_pages_in_use():
+        return True
+    if not sys.platform.startswith("linux") or \
+            os.environ.get("DDNUMBA_HUGE_PAGES", "1").strip() == "0":
+        return False
+    cur = _raw_allocator()
+    if cur.ctx:
+        return False
+    hooked = _Allocator(cur.ctx, _raw_malloc().address, cur.calloc, cur.realloc,
+                        cur.free)
+    _ALLOC["default"] = cur
+    _ALLOC["hooked"] = hooked
+    _set_raw_allocator(hooked)
+    if not _ALLOC["exit"]:
+        # before Numba's own exit handlers (registered earlier, run later) tear the
+        # compiled code down
+        atexit.register(use_huge_pages, False)
+        _ALLOC["exit"] = True
+    return True

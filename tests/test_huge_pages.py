@@ -1,0 +1,114 @@
+"""The raw-allocator hook that puts large compiled-code arrays on transparent huge pages
+(kernels.hooks.use_huge_pages)."""
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from numba import njit
+
+from ddnumba.kernels import hooks
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"),
+                                reason="the hook is installed on Linux only")
+
+
+@njit(cache=True)
+def _filled(n):
+    a = np.empty(n, np.int64)
+    a[:] = 7
+    return a
+
+
+def _vm_flags(addr):
+    """The VmFlags of the mapping holding ``addr`` (from /proc/self/smaps)."""
+    inside = False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            m = re.match(r"^([0-9a-f]+)-([0-9a-f]+) ", line)
+            if m:
+                inside = int(m.group(1), 16) <= addr < int(m.group(2), 16)
+            elif inside and line.startswith("VmFlags:"):
+                return line.split()[1:]
+    raise AssertionError(f"no mapping holds {addr:#x}")
+
+
+@linux_only
+def test_large_compiled_arrays_are_marked_for_huge_pages_while_hooked():
+    was = hooks.huge_pages_in_use()
+    try:
+        assert hooks.use_huge_pages() is True
+        assert hooks.huge_pages_in_use()
+        # 64 MiB: above glibc's largest mmap threshold, so a mapping of its own
+        a = _filled(1 << 23)
+        assert int(a.sum()) == 7 << 23
+        assert "hg" in _vm_flags(a.ctypes.data + (1 << 25))
+        del a
+        assert hooks.use_huge_pages(False) is False
+        assert not hooks.huge_pages_in_use()
+        b = _filled(1 << 23)
+        assert int(b[-1]) == 7
+        assert "hg" not in _vm_flags(b.ctypes.data + (1 << 25))
+    finally:
+        hooks.use_huge_pages(was)
+
+
+def _child(code, **env):
+    full = dict(os.environ)
+    full.update(env)
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full,
+                         capture_output=True, text=True, timeout=1500)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split()
+
+
+@linux_only
+def test_not_installed_when_switched_off_or_over_another_allocator():
+    code = """
+        from ddnumba.kernels import hooks
+        print(hooks.use_huge_pages(), hooks.huge_pages_in_use())
+    """
+    assert _child(code, DDNUMBA_HUGE_PAGES="1") == ["True", "True"]
+    assert _child(code, DDNUMBA_HUGE_PAGES="0") == ["False", "False"]
+    # debug hooks wrap the default allocator with a context: left alone
+    assert _child(code, PYTHONMALLOC="debug") == ["False", "False"]
+
+
+@linux_only
+def test_tracemalloc_started_later_wraps_the_hook_and_is_not_unhooked():
+    code = """
+        import tracemalloc
+        from ddnumba.kernels import hooks
+        print(hooks.use_huge_pages())
+        tracemalloc.start()
+        print(hooks.huge_pages_in_use(), hooks.use_huge_pages(False))
+        tracemalloc.stop()
+        print(hooks.huge_pages_in_use())
+        tracemalloc.start()
+        print(hooks.use_huge_pages())      # not over tracemalloc's wrapper
+        tracemalloc.stop()
+    """
+    assert _child(code) == ["True", "False", "False", "True", "False"]
+
+
+@linux_only
+def test_a_native_run_installs_the_hook_and_is_right():
+    code = """
+        import ddnumba as dd
+        from ddnumba.kernels import hooks
+        from ddnumba.algorithms import reachability
+        df = dd.Dataflow(engine="native")
+        ri, roots = df.new_input(["node"])
+        ei, edges = df.new_input(["src", "dst"])
+        out = reachability(roots, edges).capture()
+        ri.insert([0], time=0)
+        ei.insert([0, 1, 2, 5], [1, 2, 3, 6], time=0)
+        ri.advance_to(1); ei.advance_to(1); df.run()
+        got = sorted((r["root"], r["node"]) for r in out.at(0).to_pylist())
+        print(hooks.huge_pages_in_use(), got == [(0, 0), (0, 1), (0, 2), (0, 3)])
+    """
+    assert _child(code) == ["True", "True"]
+    assert _child(code, DDNUMBA_HUGE_PAGES="0") == ["False", "True"]
