@@ -37,7 +37,8 @@ def _vm_flags(addr):
 
 
 @linux_only
-def test_large_compiled_arrays_are_marked_for_huge_pages_while_hooked():
+def test_large_compiled_arrays_are_marked_for_huge_pages_while_hooked(monkeypatch):
+    monkeypatch.delenv("DDNUMBA_HUGE_PAGES", raising=False)
     was = hooks.huge_pages_in_use()
     try:
         assert hooks.use_huge_pages() is True
@@ -57,7 +58,9 @@ def test_large_compiled_arrays_are_marked_for_huge_pages_while_hooked():
 
 
 def _child(code, **env):
-    full = dict(os.environ)
+    full = {k: v for k, v in os.environ.items()
+            if k not in ("DDNUMBA_HUGE_PAGES", "PYTHONMALLOC", "PYTHONDEVMODE",
+                         "PYTHONTRACEMALLOC")}
     full.update(env)
     out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full,
                          capture_output=True, text=True, timeout=1500)
