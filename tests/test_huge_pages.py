@@ -1,60 +1,16 @@
 """The raw-allocator hook that puts large compiled-code arrays on transparent huge pages
 (kernels.hooks.use_huge_pages)."""
 import os
-import re
 import subprocess
 import sys
 import textwrap
 
-import numpy as np
 import pytest
-from numba import njit
 
 from ddnumba.kernels import hooks
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="the hook is installed on Linux only")
-
-
-@njit(cache=True)
-def _filled(n):
-    a = np.empty(n, np.int64)
-    a[:] = 7
-    return a
-
-
-def _vm_flags(addr):
-    """The VmFlags of the mapping holding ``addr`` (from /proc/self/smaps)."""
-    inside = False
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            m = re.match(r"^([0-9a-f]+)-([0-9a-f]+) ", line)
-            if m:
-                inside = int(m.group(1), 16) <= addr < int(m.group(2), 16)
-            elif inside and line.startswith("VmFlags:"):
-                return line.split()[1:]
-    raise AssertionError(f"no mapping holds {addr:#x}")
-
-
-@linux_only
-def test_large_compiled_arrays_are_marked_for_huge_pages_while_hooked(monkeypatch):
-    monkeypatch.delenv("DDNUMBA_HUGE_PAGES", raising=False)
-    was = hooks.huge_pages_in_use()
-    try:
-        assert hooks.use_huge_pages() is True
-        assert hooks.huge_pages_in_use()
-        # 64 MiB: above glibc's largest mmap threshold, so a mapping of its own
-        a = _filled(1 << 23)
-        assert int(a.sum()) == 7 << 23
-        assert "hg" in _vm_flags(a.ctypes.data + (1 << 25))
-        del a
-        assert hooks.use_huge_pages(False) is False
-        assert not hooks.huge_pages_in_use()
-        b = _filled(1 << 23)
-        assert int(b[-1]) == 7
-        assert "hg" not in _vm_flags(b.ctypes.data + (1 << 25))
-    finally:
-        hooks.use_huge_pages(was)
 
 
 def _child(code, **env):
@@ -66,6 +22,59 @@ def _child(code, **env):
                          capture_output=True, text=True, timeout=1500)
     assert out.returncode == 0, out.stderr
     return out.stdout.split()
+
+
+@linux_only
+def test_large_compiled_arrays_are_marked_for_huge_pages_while_hooked():
+    # In a fresh process, where a 64 MiB block gets a mapping of its own (above
+    # glibc's largest mmap threshold): a long-running process may serve it from a
+    # heap that earlier huge-page blocks already marked.
+    code = """
+        import re
+        import numpy as np
+        from numba import njit
+        from ddnumba.kernels import hooks
+
+        @njit
+        def filled(n):
+            a = np.empty(n, np.int64)
+            a[:] = 7
+            return a
+
+        def flags(addr):
+            inside = False
+            with open("/proc/self/smaps") as f:
+                for line in f:
+                    m = re.match(r"^([0-9a-f]+)-([0-9a-f]+) ", line)
+                    if m:
+                        inside = int(m.group(1), 16) <= addr < int(m.group(2), 16)
+                    elif inside and line.startswith("VmFlags:"):
+                        return line.split()[1:]
+
+        print(hooks.use_huge_pages(), hooks.huge_pages_in_use())
+        a = filled(1 << 23)
+        print(int(a.sum()) == 7 << 23, "hg" in flags(a.ctypes.data + (1 << 25)))
+        print(hooks.use_huge_pages(False), hooks.huge_pages_in_use())
+        b = filled(1 << 23)
+        print(int(b[-1]) == 7, "hg" in flags(b.ctypes.data + (1 << 25)))
+    """
+    assert _child(code) == ["True", "True", "True", "True", "False", "False", "True",
+                            "False"]
+
+
+def test_unhooking_restores_the_default_allocator(monkeypatch):
+    monkeypatch.delenv("DDNUMBA_HUGE_PAGES", raising=False)
+    was = hooks.huge_pages_in_use()
+    try:
+        if not hooks.use_huge_pages():
+            pytest.skip("the hook is not installed here (not Linux, or not over the "
+                        "default allocator)")
+        assert hooks._raw_allocator().malloc == hooks._ALLOC["hooked"].malloc
+        assert hooks.use_huge_pages(False) is False
+        assert hooks._raw_allocator().malloc == hooks._ALLOC["default"].malloc
+        assert hooks.use_huge_pages() is True
+    finally:
+        hooks.use_huge_pages(was)
 
 
 @linux_only
