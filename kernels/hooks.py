@@ -11,9 +11,11 @@ loop kernels (:mod:`ddnumba.kernels.seqloop`) and the runtime share them.
 
 :func:`alloc2d` is the other way out to Python: large arrays of long-lived, randomly
 accessed state are allocated by NumPy, which asks the kernel for transparent huge pages
-for them (``madvise``; Numba's own allocations get ordinary pages). Random access to
-gigabytes of hashed state then misses the TLB far less, and filling fresh memory
-takes a page fault per 2 MiB instead of per 4 KiB.
+for them (``madvise``). Random access to gigabytes of hashed state then misses the TLB
+far less, and filling fresh memory takes a page fault per 2 MiB instead of per 4 KiB.
+The arrays compiled code creates itself come from Numba through CPython's raw
+allocator; :func:`use_huge_pages` hooks its ``malloc`` so that large ones get huge
+pages too (see the section at the end).
 """
 import atexit
 import ctypes
