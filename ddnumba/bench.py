@@ -505,10 +505,14 @@ def main(argv=None):
                          "_reduce_keys or seqloop._reduce_keys): prints the hottest "
                          "instructions with context and writes the full listing to "
                          "<out>.<KERNEL>.annotated.txt (needs objdump, x86-64)")
-    from . import benchab, benchpair
+    from . import benchab, benchfloor, benchpair
     benchab.add_parser(sub)
     benchpair.add_parser(sub)
+    benchfloor.add_parser(sub)
     args = p.parse_args(argv)
+    if args.cmd in ("floor", "memory"):
+        benchfloor.main(args)
+        return
     if args.cmd == "ab":
         benchab.main(args)
         return

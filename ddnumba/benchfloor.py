@@ -1,0 +1,219 @@
+"""How much work the reachability benchmark asks for, whatever the engine, and what a
+random memory access costs here: ``python -m ddnumba.bench floor`` and ``python -m
+ddnumba.bench memory``.
+
+*The work floor.* The benchmark's loop (``distinct`` of the roots and of the edges'
+step from the loop variable) holds the pair ``(root, node)`` from the iteration equal
+to the node's breadth-first depth from that root onwards. So whenever a change of the
+graph moves a reachable node to another depth, every differential implementation, at
+the time of that change, must retract the pair at its old depth and add it at its new
+one (one update when the node becomes reachable or unreachable): these corrections are
+the unique consolidated differences of the loop's result, and the join and the
+``distinct`` downstream of them must then be visited for each. :func:`min_corrections`
+counts them with scipy's breadth-first search from every root, at the resolution of
+single changes (every change at its own time, as the benchmark asks) or of whole
+batches (``B`` changes at one time, where depth moves that undo each other within a
+batch cancel). :func:`engine_corrections` reads what the native engine's loop did
+over the same changes: the corrections it emitted (some are premature and cancel in
+the queue they wait in) and the changes of its variable once consolidated, which
+must equal the floor.
+
+*Memory.* :func:`memory_latency` times random loads over working sets of growing size
+(:mod:`ddnumba.kernels.memlat`): one load depending on the previous one (a pointer
+chase: the latency) and loads with addresses known in advance (what overlapping
+buys at most).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+__all__ = ["min_corrections", "engine_corrections", "memory_latency", "add_parser",
+           "main"]
+
+
+def _depths(n, src, dst, roots):
+    """Breadth-first depth of every node from every root (``inf``: unreachable),
+    shape ``(len(roots), n)``."""
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import shortest_path
+    g = csr_matrix((np.ones(len(src), np.int8), (src, dst)), shape=(n, n))
+    return shortest_path(g, indices=np.asarray(roots), unweighted=True, directed=True)
+
+
+def min_corrections(n, changes, *, resolution=1, roots=10, seed=None, stream=None):
+    """The least number of corrections of the loop's result over the benchmark's
+    first ``changes`` window changes (after the load), with the changes seen at
+    times of ``resolution`` changes each (1: a time per change).
+
+    ``stream`` = ``(src, dst, roots, new_src, new_dst)`` replaces the benchmark's
+    workload (for tests). Returns ``{"moved": pairs at another depth,
+    "corrections": the least corrections, "appeared", "vanished", "times"}``, totals
+    over all times.
+    """
+    from .bench import SEED, workload
+    if resolution < 1:
+        raise ValueError(f"min_corrections: resolution must be >= 1, not {resolution}")
+    if changes % resolution:
+        raise ValueError(f"min_corrections: changes ({changes}) must be a multiple of "
+                         f"the resolution ({resolution})")
+    if stream is None:
+        stream = workload(n, changes, roots=roots, seed=SEED if seed is None else seed)
+    src, dst, root_ids, new_src, new_dst = stream
+    if len(new_src) < changes:
+        raise ValueError(f"min_corrections: the stream holds {len(new_src)} changes, "
+                         f"fewer than {changes}")
+    m = len(src)
+    all_src = np.concatenate([src, new_src])
+    all_dst = np.concatenate([dst, new_dst])
+    prev = _depths(n, all_src[:m], all_dst[:m], root_ids)
+    out = {"moved": 0, "corrections": 0, "appeared": 0, "vanished": 0,
+           "times": changes // resolution}
+    for j in range(resolution, changes + 1, resolution):
+        cur = _depths(n, all_src[j:j + m], all_dst[j:j + m], root_ids)
+        fp, fc = np.isfinite(prev), np.isfinite(cur)
+        moved = int(np.count_nonzero(fp & fc & (prev != cur)))
+        appeared = int(np.count_nonzero(~fp & fc))
+        vanished = int(np.count_nonzero(fp & ~fc))
+        out["moved"] += moved
+        out["appeared"] += appeared
+        out["vanished"] += vanished
+        out["corrections"] += 2 * moved + appeared + vanished
+        prev = cur
+    return out
+
+
+def _variable_arrangement(feedback):
+    """The arrangement that consolidates a loop variable's changes: the first one
+    downstream of its feedback through concats and maps."""
+    from .operators.arrange import ArrangeNode
+    found, stack, seen = [], [feedback], set()
+    while stack:
+        node = stack.pop()
+        for consumer, _ in node.consumers:
+            if id(consumer) in seen:
+                continue
+            seen.add(id(consumer))
+            if isinstance(consumer, ArrangeNode):
+                found.append(consumer)
+            elif consumer.kind in ("concat", "map"):
+                stack.append(consumer)
+    if len(found) != 1:
+        raise RuntimeError(f"engine_corrections: {len(found)} arrangements of the loop "
+                           f"variable, expected one")
+    return found[0]
+
+
+def engine_corrections(n, changes, *, batch=1, resolution="record"):
+    """Run the benchmark on the native engine (sequential loops) for ``changes``
+    window changes after the load, ``batch`` per run. Returns totals over the
+    changes: ``"emitted"``, the loop's corrections as its feedback received them;
+    ``"corrections"``, the loop variable's changes once consolidated (what its join
+    works on, comparable with :func:`min_corrections`); ``"updates"``, rows all
+    operators received; and ``"changes_per_s"``, the runs' median throughput."""
+    from .bench import ReachSession
+    from .operators.iterate import FeedbackNode
+    s = ReachSession(n, changes, engine="native", loops="sequential")
+    try:
+        s.load()
+        nat = s.df._native
+        fb = [node for node, *_ in nat.node_stats() if isinstance(node, FeedbackNode)]
+        if len(fb) != 1:
+            raise RuntimeError(f"engine_corrections: {len(fb)} feedbacks, expected one")
+        arr = _variable_arrangement(fb[0])
+
+        def counts():
+            st = nat.node_stats()
+            return (sum(r[2] for r in st if r[0] is fb[0]),
+                    sum(r[3] for r in st if r[0] is arr),
+                    sum(r[2] for r in st))
+
+        c0 = counts()
+        fig = s.feed(batch, changes, resolution=resolution)
+        c1 = counts()
+    finally:
+        s.close()
+    return {"emitted": c1[0] - c0[0], "corrections": c1[1] - c0[1],
+            "updates": c1[2] - c0[2], "changes_per_s": fig["changes_per_s"]}
+
+
+def memory_latency(sizes_mib, *, steps=2_000_000, seed=1):
+    """Random 8-byte loads, one per 64-byte line, over arrays of ``sizes_mib`` MiB:
+    ``[{"mib", "dependent_ns", "independent_ns"}]`` (nanoseconds per load; best of
+    three timings each)."""
+    from .kernels.memlat import LINE_WORDS, chase, cycle_links, gather_sum
+    rng = np.random.default_rng(seed)
+    rows = []
+    for mib in sizes_mib:
+        lines = max(2, int(mib * 2 ** 20) // (8 * LINE_WORDS))
+        a = np.zeros(lines * LINE_WORDS, np.int64)
+        cycle_links(a, rng.permutation(lines).astype(np.int64))
+        idx = rng.integers(0, lines, steps) * LINE_WORDS
+        chase(a, 0, 1000)                   # compiled, and the array touched
+        gather_sum(a, idx[:1000])
+        dep, ind = [], []
+        for _ in range(3):
+            t = time.perf_counter()
+            chase(a, 0, steps)
+            dep.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            gather_sum(a, idx)
+            ind.append(time.perf_counter() - t)
+        rows.append({"mib": mib, "dependent_ns": min(dep) / steps * 1e9,
+                     "independent_ns": min(ind) / steps * 1e9})
+        del a, idx
+    return rows
+
+
+def add_parser(sub):
+    f = sub.add_parser("floor", help="the least corrections the benchmark needs, against "
+                                     "the engine's")
+    f.add_argument("--nodes", type=int, nargs="+", default=[1000])
+    f.add_argument("--changes", type=int, default=10000)
+    f.add_argument("--resolution", type=int, nargs="+", default=[1, 1000],
+                   help="changes per time: 1 is every change at its own time (the "
+                        "benchmark; the engine is fed 1,000 a run), R > 1 puts R "
+                        "changes at one time (the engine is fed R a run)")
+    f.add_argument("--no-engine", action="store_true",
+                   help="only the floor (no engine run)")
+    mem = sub.add_parser("memory", help="random-load latency by working-set size")
+    mem.add_argument("--mib", type=float, nargs="+",
+                     default=[0.25, 1, 2, 4, 8, 16, 64, 256, 1024])
+    mem.add_argument("--steps", type=int, default=2_000_000)
+
+
+def main(args):
+    if args.cmd == "memory":
+        print(f"{'MiB':>8} {'dependent ns':>13} {'independent ns':>15}")
+        for r in memory_latency(args.mib, steps=args.steps):
+            print(f"{r['mib']:8g} {r['dependent_ns']:13.1f} {r['independent_ns']:15.1f}")
+        return
+    print("per change: pairs moved to another depth, the least corrections of the "
+          "loop's result, the engine's (emitted / consolidated), its operators' updates")
+    print(f"{'N':>8} {'per time':>8} {'changes':>8} {'moved':>7} {'least':>7} "
+          f"{'emitted':>8} {'consol.':>8} {'updates':>8} {'changes/s':>10}")
+    for n in args.nodes:
+        for b in args.resolution:
+            if b < 1:
+                raise SystemExit(f"floor: --resolution must be >= 1, not {b}")
+            # changes fed to the engine a run (a time per change: 1,000 a run)
+            run = 1000 if b == 1 and not args.no_engine else b
+            changes = args.changes - args.changes % run
+            if changes <= 0:
+                print(f"N={n} resolution {b}: fewer changes than one run; skipped")
+                continue
+            t0 = time.perf_counter()
+            mc = min_corrections(n, changes, resolution=b)
+            least = mc["corrections"] / changes
+            emitted = consol = upd = cps = "-"
+            if not args.no_engine:
+                ec = engine_corrections(n, changes, batch=run,
+                                        resolution="record" if b == 1 else "batch")
+                emitted = f"{ec['emitted'] / changes:.1f}"
+                consol = f"{ec['corrections'] / changes:.1f}"
+                upd = f"{ec['updates'] / changes:.1f}"
+                cps = f"{ec['changes_per_s']:.0f}"
+            print(f"{n:8d} {b:8d} {changes:8d} {mc['moved'] / changes:7.1f} "
+                  f"{least:7.1f} {emitted:>8} {consol:>8} {upd:>8} {cps:>10}"
+                  f"   ({time.perf_counter() - t0:.0f} s)", flush=True)
