@@ -32,7 +32,11 @@ with ``--annotate KERNEL[,KERNEL...]`` it places the samples of those kernels on
 instructions.
 
 ``python -m ddnumba.bench ab --base REV`` compares two versions of the code on this
-workload in one sitting, in alternating fresh processes (see :mod:`ddnumba.benchab`).
+workload in one sitting, in alternating fresh processes (see :mod:`ddnumba.benchab`);
+``pair`` compares two settings in one process (:mod:`ddnumba.benchpair`). ``floor``
+counts the least corrections the workload asks of any differential engine against the
+native engine's, and ``memory`` times random loads by working-set size (see
+:mod:`ddnumba.benchfloor`).
 """
 from __future__ import annotations
 
