@@ -603,8 +603,7 @@ class Dataflow:
                 cl._check(r, msg, "done")
                 for idx, desc in msg[2]:
                     node = caps[idx]
-                    node.parts.append(cl.blocks.read(r, desc, node.arity, node.dims))
-                    node._consolidated = None
+                    node.add(cl.blocks.read(r, desc, node.arity, node.dims))
         except BaseException as e:
             err = _workers.fail(cl, e)
             self._failed = err or e
@@ -633,8 +632,7 @@ class Dataflow:
         for idx, node in enumerate(self._capture_nodes()):
             if node.parts:
                 u = Updates.concat(node.parts, node.arity, node.dims).consolidated()
-                node.parts = []
-                node._consolidated = None
+                node.clear()
                 if len(u):
                     out.append((idx, cl.blocks.write(("cap", idx), u)))
         cl.send(0, ("done", cl.seq, out))

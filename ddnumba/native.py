@@ -637,8 +637,7 @@ class NativeEngine:
                 if self._take_fn is _rt.take_batches:
                     self._take_fn = _entry(_rt.take_batches)
                 if len(f):
-                    node.parts.append(Updates(d, np.ascontiguousarray(t[:, :1]), f))
-                    node._consolidated = None
+                    node.add(Updates(d, np.ascontiguousarray(t[:, :1]), f))
             self._set_frontier(node, nf[i])
         for node, i in zip(self.probes, self._probe_ids):
             self._set_frontier(node, nf[i])

@@ -43,24 +43,46 @@ class SinkNode(Node):
 
 
 class CaptureNode(SinkNode):
+    """Keeps every update it receives, as a list of parts (one per run with output).
+    A long stream of small runs would make that list hold one tiny array triple per
+    run, several times the size of its rows: every ``FOLD_PARTS`` parts added since
+    the last fold are joined into one (concatenated, not sorted)."""
     kind = "capture"
+    FOLD_PARTS = 256
 
     def __init__(self, scope, src, names):
         self.names = names
         self.parts: list[Updates] = []
+        self._recent = 0            # parts added since the last fold
         self._consolidated = None
         super().__init__(scope, [src], src.arity)
+
+    def add(self, u: Updates):
+        """Record the updates ``u`` (not empty)."""
+        self.parts.append(u)
+        self._consolidated = None
+        self._recent += 1
+        if self._recent >= self.FOLD_PARTS:
+            k = self._recent
+            self.parts[-k:] = [Updates.concat(self.parts[-k:], self.arity, self.dims)]
+            self._recent = 0
+
+    def clear(self):
+        """Forget the parts (a worker hands them to the driver after each run)."""
+        self.parts = []
+        self._recent = 0
+        self._consolidated = None
 
     def step(self):
         u = self.take()
         if len(u):
-            self.parts.append(u)
-            self._consolidated = None
+            self.add(u)
 
     def consolidated(self) -> Updates:
         if self._consolidated is None:
             u = Updates.concat(self.parts, self.arity, self.dims).consolidated()
             self.parts = [u] if len(u) else []
+            self._recent = 0
             self._consolidated = u
         return self._consolidated
 
