@@ -8,6 +8,8 @@ must stay flat). ``ReachEngines``: the native and the Python engine side by side
 ``ReachLoopModes``: the native engine's two loop modes side by side.
 ``ReachWorkers``: throughput with 1 and 2 worker processes. ``ReachRunOverhead``: an
 empty ``run()`` and one change's whole user path (``update``, ``advance_to``, ``run``).
+``ReachWork``: the least corrections the workload asks of any engine, and the native
+engine's work against them (counts).
 
 asv runs every parameter combination in its own process. Where one expensive
 preparation serves several combinations it is done once in ``setup_cache`` (the N=1e6
@@ -304,3 +306,48 @@ class ReachRunOverhead:
     def track_single_change_us(self):
         return self._median_us(self._single_change)
     track_single_change_us.unit = "µs"
+
+
+class ReachWork:
+    """N=1,000, 10,000 changes, a time per change and one time per 1,000 changes: the
+    least corrections of the loop's result any differential engine must make (from
+    BFS depths, :func:`ddnumba.benchfloor.min_corrections`), and the native engine's
+    per change: emitted by its loop, consolidated (must equal the floor), and the
+    updates all its operators received. Counts, not times: they move only with the
+    code."""
+
+    params = [[1, 1000]]
+    param_names = ["changes_per_time"]
+    timeout = 600
+    number = 1
+    repeat = 1
+
+    def setup_cache(self):
+        from ddnumba.benchfloor import engine_corrections, min_corrections
+        out = {}
+        if not reach_allowed(1000, 10_000):
+            return out
+        for r in self.params[0]:
+            floor = min_corrections(1000, 10_000, resolution=r)
+            eng = engine_corrections(1000, 10_000, batch=1000 if r == 1 else r,
+                                     resolution="record" if r == 1 else "batch")
+            out[r] = {"least": floor["corrections"] / 10_000,
+                      "emitted": eng["emitted"] / 10_000,
+                      "consolidated": eng["corrections"] / 10_000,
+                      "updates": eng["updates"] / 10_000}
+        return out
+
+    def setup(self, cache, r):
+        skip_unless_allowed(1000, 10_000)
+
+    def track_least_corrections_per_change(self, cache, r):
+        return cache[r]["least"]
+
+    def track_emitted_over_least(self, cache, r):
+        return cache[r]["emitted"] / cache[r]["least"]
+
+    def track_consolidated_over_least(self, cache, r):
+        return cache[r]["consolidated"] / cache[r]["least"]
+
+    def track_updates_per_least_correction(self, cache, r):
+        return cache[r]["updates"] / cache[r]["least"]
