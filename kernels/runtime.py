@@ -1564,6 +1564,17 @@ def _min_per_iteration(c_offs, c_it, c_t, c_end):
 
 
 @njit(cache=True, nogil=True)
+def _time_order(t, n):
+    """The stable permutation that sorts ``t[:n]``; without a sort when it is already
+    in order (a load's events all share one time: 7.2M of them at N=1e6, whose
+    merge sort took ~0.7 s)."""
+    for i in range(1, n):
+        if t[i] < t[i - 1]:
+            return np.argsort(t[:n], kind="mergesort")
+    return np.arange(n)
+
+
+@njit(cache=True, nogil=True)
 def _sort_pairs(a, b, lo, hi):
     """Sort ``(a, b)[lo:hi]`` by ``a`` (ties in any order)."""
     if hi - lo > 32:
@@ -1948,7 +1959,7 @@ def _reduce_agg(new, spine, out_spine, kw, vw, is_sum, col):
                      np.empty(no - o0, np.int64), np.empty(no - o0, np.int64))
         o_offs[kk + 1] = no
         # Events in time order; the due times are m and every event time after it.
-        order = np.argsort(ev_t[:nev], kind="mergesort")
+        order = _time_order(ev_t, nev)
         old = np.zeros(nv, np.int64)
         dlt = np.zeros(nv, np.int64)
         wv = np.zeros(nv, np.int64)

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from ddnumba.kernels.runtime import _min_per_iteration, _sort_vt
+from ddnumba.kernels.runtime import _min_per_iteration, _sort_vt, _time_order
 
 
 def _runs(rng, n_runs, vw, max_len):
@@ -497,3 +497,20 @@ def test_push_and_take_batches_through_entry_points():
     take = _entry(take_batches)
     d, t, f = take(lst, 3)      # empty: no rows, the given width
     assert d.shape == (0, 3) and t.shape[0] == 0 and f.shape == (0,)
+
+
+@pytest.mark.parametrize("case", ["random", "sorted", "equal", "one_out_of_place", "empty"])
+def test_time_order_is_a_stable_sort(case):
+    # the count/sum reduce visits a key's events in this order: it must be the stable
+    # argsort of the times, whether or not they come in order already
+    rng = np.random.default_rng(4)
+    n = 200
+    t = {"random": rng.integers(0, 20, n + 5),
+         "sorted": np.sort(rng.integers(0, 20, n + 5)),
+         "equal": np.zeros(n + 5, np.int64),
+         "one_out_of_place": np.r_[np.arange(n - 1), [-1], [7, 7, 7, 7, 7]],
+         "empty": np.zeros(5, np.int64)}[case].astype(np.int64)
+    m = 0 if case == "empty" else n      # only t[:n] counts (the rest is scratch)
+    got = _time_order(t, m)
+    assert got.dtype == np.int64 or got.dtype == np.intp
+    np.testing.assert_array_equal(got, np.argsort(t[:m], kind="stable"))
