@@ -148,8 +148,13 @@ class ReachSession:
     """The reachability dataflow over the workload's graph: :meth:`load` it once, then
     :meth:`feed` the sliding window in segments (each with its own batch size).
 
-    ``capacity`` is the number of window changes the session can feed in total.
+    ``capacity`` is the number of window changes the session can feed in total. Every
+    ``COMPACT_EVERY`` changes fed, the capture of the counts is compacted to the last
+    complete time (outside the timed runs), so its memory stays bounded over a long
+    stream.
     """
+
+    COMPACT_EVERY = 10_000
 
     def __init__(self, n, capacity, *, workers=1, engine=None, loops=None):
         src, dst, roots, new_src, new_dst = workload(n, capacity)
@@ -205,7 +210,7 @@ class ReachSession:
         m, all_src, all_dst = self.m, self.all_src, self.all_dst
         edges_in, roots_in, df = self.edges_in, self.roots_in, self.df
         checkpoints = set(checkpoints)
-        lat = []
+        lat = np.empty(steps)
         marks = {}
         t = self.t
         base = self.pos
@@ -233,13 +238,16 @@ class ReachSession:
             edges_in.advance_to(t)
             roots_in.advance_to(t)
             df.run()
-            lat.append(time.perf_counter() - a)
+            lat[s] = time.perf_counter() - a
             done = (s + 1) * batch
             if done in checkpoints:
-                marks[done] = (np.array(lat[-min(len(lat), 1000):]), state_records(df))
+                marks[done] = (lat[max(0, s + 1 - 1000): s + 1].copy(), state_records(df))
+            if (base + done) // self.COMPACT_EVERY != (base + done - batch) // self.COMPACT_EVERY:
+                # Outside the timed region, as a user's job on an endless stream would:
+                # the count capture keeps the counts at t - 1 and nothing before.
+                self.counts.compact(t - 1)
         self.t = t
         self.pos = base + steps * batch
-        lat = np.array(lat)
         loops = "-"
         if df._native:
             loops = "sequential" if any(df._native.sequential) else "rounds"

@@ -55,6 +55,7 @@ class CaptureNode(SinkNode):
         self.parts: list[Updates] = []
         self._recent = 0            # parts added since the last fold
         self._consolidated = None
+        self.since = None           # the time of the last compact(), if any
         super().__init__(scope, [src], src.arity)
 
     def add(self, u: Updates):
@@ -77,6 +78,18 @@ class CaptureNode(SinkNode):
         u = self.take()
         if len(u):
             self.add(u)
+
+    def compact(self, t):
+        """Advance every kept update's time to its join with ``t`` (a complete time,
+        not before ``since``) and consolidate: the collection at any time ``>= t``
+        stays the same, and updates that cancel there are dropped."""
+        u = self.consolidated()
+        if len(u):
+            u = Updates(u.data, _lattice.join(u.times, t), u.diffs).consolidated()
+        self.parts = [u] if len(u) else []
+        self._recent = 0
+        self._consolidated = u
+        self.since = t.copy()
 
     def consolidated(self) -> Updates:
         if self._consolidated is None:
@@ -115,6 +128,38 @@ class Captured:
         t = _as_time(time, self._node.dims, "Captured.done")
         return not bool(_lattice.in_future(t.reshape(1, -1), self._node.frontier)[0])
 
+    @property
+    def since(self):
+        """The time of the last :meth:`compact` (``None`` if never compacted): the
+        collection is known at this time and the times after it only."""
+        s = self._node.since
+        return None if s is None else s.copy()
+
+    def compact(self, time):
+        """Forget how the output changed up to ``time``, keeping the collection at
+        ``time`` and every change after it: each kept update's time becomes its join
+        with ``time`` (for 1-D times, the later of the two) and updates that then
+        cancel are dropped. A capture over an endless stream stays as large as its
+        collection plus the changes since the last compaction.
+
+        ``time`` must be complete (:meth:`done`) and not before an earlier compaction's
+        time. Afterwards :meth:`at` answers for times ``>= time`` only, and
+        :meth:`updates` returns the compacted updates (the collection at ``time``
+        stamped ``time``, then the changes after it).
+        """
+        t = _as_time(time, self._node.dims, "Captured.compact")
+        if not self.done(t):
+            raise ValueError(
+                f"Captured.compact({_fmt_time(t)}): time not complete; the output "
+                f"frontier is {_fmt_frontier(self._node.frontier)} (advance the inputs "
+                f"past it and run())")
+        s = self._node.since
+        if s is not None and not bool(_lattice.less_equal(s.reshape(1, -1), t)[0]):
+            raise ValueError(
+                f"Captured.compact({_fmt_time(t)}): the capture is already compacted to "
+                f"{_fmt_time(s)}; a compaction cannot go back before it")
+        self._node.compact(t)
+
     def updates(self):
         """All output updates, consolidated and sorted: columns, time(s), diff."""
         return updates_to_table(self._node.consolidated(), self._node.names)
@@ -135,6 +180,11 @@ class Captured:
                 f"Captured.at({_fmt_time(t)}): time not complete; the output frontier is "
                 f"{_fmt_frontier(self._node.frontier)} (advance the inputs past it and "
                 f"run())")
+        s = self._node.since
+        if s is not None and not bool(_lattice.less_equal(s.reshape(1, -1), t)[0]):
+            raise ValueError(
+                f"Captured.at({_fmt_time(t)}): the capture was compacted to "
+                f"{_fmt_time(s)}; only times at or after it can be read")
         data, counts = self.accumulate(t)
         return collection_table(data, counts, self._node.names)
 
