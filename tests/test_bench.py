@@ -125,3 +125,25 @@ def test_sequential_loops_reach_the_same_graph(capsys):
                                                "sequential"]
     assert all(row[-1] == "True" for row in table)
     assert out.count("sequential loops") == 2 and "ratio" in out
+
+
+def test_session_compacts_its_count_capture(monkeypatch):
+    """Every ``COMPACT_EVERY`` changes the count capture is compacted to the last complete
+    time: it keeps the roots' counts and the changes since, and the answer still matches
+    BFS."""
+    monkeypatch.setattr(ReachSession, "COMPACT_EVERY", 100)
+    session = ReachSession(200, 700, engine="native")
+    try:
+        session.load()
+        session.feed(1, 230)
+        session.feed(7, 420)            # 650 changes, change j at time j
+        assert session.t - 1 == 650
+        # The run that crossed 600 ended at change 230 + 7 * 53 = 601 (time 601).
+        assert session.counts.since.tolist() == [601]
+        u = session.counts.raw()
+        assert (u.times[:, 0] >= 601).all()
+        assert (u.times[:, 0] == 601).sum() == 10      # one (root, count) row per root
+        _, check = session.recompute()
+        assert check
+    finally:
+        session.close()
