@@ -26,7 +26,7 @@ compiled code, many times per round:
 import numpy as np
 from numba import njit
 
-from .rows import add_checked, leaf
+from .rows import add_checked, flat_view, leaf
 from .sort import _bucket_sort, _column_widths, _lsd_sort, _pack_word, _unpack_word
 
 __all__ = ["sort_consolidate", "merge", "seek", "seek_fenced", "fence", "concat_batches",
@@ -716,8 +716,15 @@ def fence(data):
 def key_index(n, fnc):
     """The key index of the fence ``fnc`` of a batch of ``n`` rows: ``(ncol, shift, lo,
     table, off)`` (see above); ``off`` is empty when the batch has none."""
+    return _key_index(n, fnc)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _key_index(n, fnc):
+    """:func:`key_index`, inlined into the leaf :func:`seek_fenced` (whose views of
+    ``fnc`` then take no references)."""
     nf = fence_rows(n, fnc)
-    flat = fnc[nf:].ravel()
+    flat = flat_view(fnc)[nf * fnc.shape[1]:]
     if flat.shape[0] == 0:
         return np.int64(0), np.int64(0), np.int64(0), flat, flat
     d = flat[4]
@@ -766,9 +773,11 @@ def _index_bucket(ix, keys, ki, kw):
     return off[jj], off[jj + 1], kw == 2 and shift == 0
 
 
-@njit(cache=True, nogil=True)
+@leaf
 def seek_fenced(data, fnc, start, keys, ki, kw, strict):
-    """:func:`seek` helped by the batch's fence ``fnc`` (see :func:`fence`)."""
+    """:func:`seek` helped by the batch's fence ``fnc`` (see :func:`fence`). A leaf: a
+    reduce calls it for every key and trace batch, and as a regular kernel its views
+    of the fence and its inlined helpers cost ~8 reference-count updates a call."""
     n = data.shape[0]
     nf = fence_rows(n, fnc)
     limit = 1 if strict else 0
@@ -776,7 +785,7 @@ def seek_fenced(data, fnc, start, keys, ki, kw, strict):
         return _gallop(data, start, keys, ki, kw, limit)
     if start >= n or _cmp_prefix(data, start, keys, ki, kw) >= limit:
         return start
-    ix = key_index(n, fnc)
+    ix = _key_index(n, fnc)
     if ix[4].shape[0] > 0:
         a, b, exact = _index_bucket(ix, keys, ki, kw)
         if exact:

@@ -74,6 +74,35 @@ def list_item(typingctx, lst, i):
 
 
 @intrinsic
+def flat_view(typingctx, arr):
+    """The C-contiguous 2-D array ``arr`` as a 1-D view of all its items (what
+    ``arr.ravel()`` gives, without a call: usable in a leaf, where it takes no
+    reference; elsewhere it takes one, as a view does)."""
+    if not (isinstance(arr, types.Array) and arr.ndim == 2 and arr.layout == "C"):
+        return None
+    retty = arr.copy(ndim=1, layout="C")
+    sig = retty(arr)
+
+    def codegen(context, builder, signature, args):
+        from numba.np.arrayobj import populate_array
+        aryty = signature.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        out = context.make_array(retty)(context, builder)
+        rows, cols = cgutils.unpack_tuple(builder, ary.shape, 2)
+        item = context.get_constant(types.intp, context.get_abi_sizeof(
+            context.get_data_type(aryty.dtype)))
+        populate_array(out, data=ary.data, shape=[builder.mul(rows, cols)],
+                       strides=[item], itemsize=ary.itemsize, meminfo=ary.meminfo,
+                       parent=ary.parent)
+        res = out._getvalue()
+        if context.enable_nrt:
+            context.nrt.incref(builder, retty, res)
+        return res
+
+    return sig, codegen
+
+
+@intrinsic
 def prefetch_row(typingctx, arr, r):
     """Hint the CPU to load row ``r`` of the 2-D C array ``arr`` into the cache (LLVM's
     ``prefetch`` for reading; no effect on results, and no fault for any ``r``: the

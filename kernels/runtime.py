@@ -60,7 +60,7 @@ from .hstate import M_LIVE, _move_step as _hs_move_step, gc as _hs_gc, new_meta 
 from .reduce import (L_CALLBACK, L_COUNT, L_DISTINCT, L_MAX, L_MIN, L_SUM,  # noqa: F401
                      L_TOP_K, LOGIC, _accumulate, _logic_count, _logic_extreme,
                      _logic_sum, _logic_top_k)
-from .rows import add_checked, leaf, mul_checked
+from .rows import add_checked, leaf, list_item, list_leaf, mul_checked
 from .seqloop import S_LEAVE as SEQ_LEAVE, _nodes as seq_nodes, pack_fields
 from .seqloop import leave_rows as seq_leave_rows, run_times as seq_run_times
 from .seqloop import (buf_count as seq_buf_count, new_counters as seq_new_counters,
@@ -1837,6 +1837,60 @@ def _rows_equal(a, i, b, j, w):
     return True
 
 
+@list_leaf
+def _agg_ranges(spine, pos, src, rows, nr, w, los, his):
+    """For every batch ``s`` of ``spine`` and each of the sorted rows ``src[rows[:nr]]``
+    (first ``w`` columns): the batch's rows equal to it, ``[los[s * nr + v], his[...])``,
+    found from ``pos[s]`` on (then moved past them). Returns how many rows in all. A
+    leaf reading the list with :func:`list_item`: no reference counts per key."""
+    total = np.int64(0)
+    for sidx in range(len(spine)):
+        bd, bt, bf, bfence = list_item(spine, sidx)
+        nb = bf.shape[0]
+        for v in range(nr):
+            q = rows[v]
+            lo = seek_fenced(bd, bfence, pos[sidx], src, q, w, False)
+            hi = lo
+            while hi < nb and _same_key(bd, hi, src, q, w):
+                hi += 1
+            pos[sidx] = hi
+            los[sidx * nr + v] = lo
+            his[sidx * nr + v] = hi
+            total += hi - lo
+    return total
+
+
+@list_leaf
+def _agg_events(spine, nv, los, his, ev_v, ev_t, ev_new, ev_f, nev):
+    """The old events of :func:`_reduce_agg`'s touched values (ranges from
+    :func:`_agg_ranges`) appended from ``nev``; returns the new count."""
+    for sidx in range(len(spine)):
+        bd, bt, bf, bfence = list_item(spine, sidx)
+        for v in range(nv):
+            for z in range(los[sidx * nv + v], his[sidx * nv + v]):
+                ev_v[nev] = v
+                ev_t[nev] = bt[z, 0]
+                ev_new[nev] = 0
+                ev_f[nev] = bf[z]
+                nev += 1
+    return nev
+
+
+@list_leaf
+def _agg_outputs(out_spine, kw, los, his, o_vals, o_t, o_f, no):
+    """A key's old output rows ``(total, nz)`` of :func:`_reduce_agg` (one range per
+    batch, from :func:`_agg_ranges`) appended from ``no``; returns the new count."""
+    for sidx in range(len(out_spine)):
+        bd, bt, bf, bfence = list_item(out_spine, sidx)
+        for z in range(los[sidx], his[sidx]):
+            o_vals[no, 0] = bd[z, kw]
+            o_vals[no, 1] = bd[z, kw + 1]
+            o_t[no] = bt[z, 0]
+            o_f[no] = bf[z]
+            no += 1
+    return no
+
+
 @njit(cache=True, nogil=True)
 def _reduce_agg(new, spine, out_spine, kw, vw, is_sum, col):
     """Count or sum outside loops, incrementally: per key, only the values the new
@@ -1894,6 +1948,7 @@ def _reduce_agg(new, spine, out_spine, kw, vw, is_sum, col):
     ev_new = np.empty(64, np.int64)
     ev_f = np.empty(64, np.int64)
     wmom = np.empty(64, np.int64)
+    kst1 = np.empty(1, np.int64)
     for kk in range(nk):
         r0 = kst[kk]
         r1 = kst[kk + 1]
@@ -1925,48 +1980,27 @@ def _reduce_agg(new, spine, out_spine, kw, vw, is_sum, col):
             nv += 1
             x = y
         # Old history of the touched values.
-        for sidx in range(nsp):
-            bd, bt, bf, bfence = spine[sidx]
-            nb = bf.shape[0]
-            for v in range(nv):
-                q = vstart[v]
-                lo = seek_fenced(bd, bfence, pos[sidx], nd, q, w, False)
-                hi = lo
-                while hi < nb and _rows_equal(bd, hi, nd, q, w):
-                    hi += 1
-                pos[sidx] = hi
-                need = nev + hi - lo
-                if need > ev_v.shape[0]:
-                    ev_v = _grow1(ev_v, nev, need)
-                    ev_t = _grow1(ev_t, nev, need)
-                    ev_new = _grow1(ev_new, nev, need)
-                    ev_f = _grow1(ev_f, nev, need)
-                for z in range(lo, hi):
-                    ev_v[nev] = v
-                    ev_t[nev] = bt[z, 0]
-                    ev_new[nev] = 0
-                    ev_f[nev] = bf[z]
-                    nev += 1
+        if nsp > 0:
+            los = np.empty(nsp * nv, np.int64)
+            his = np.empty(nsp * nv, np.int64)
+            need = nev + _agg_ranges(spine, pos, nd, vstart, nv, w, los, his)
+            if need > ev_v.shape[0]:
+                ev_v = _grow1(ev_v, nev, need)
+                ev_t = _grow1(ev_t, nev, need)
+                ev_new = _grow1(ev_new, nev, need)
+                ev_f = _grow1(ev_f, nev, need)
+            nev = _agg_events(spine, nv, los, his, ev_v, ev_t, ev_new, ev_f, nev)
         # Old output history of the key, sorted by (row, t).
         o0 = no
-        for sidx in range(nso):
-            bd, bt, bf, bfence = out_spine[sidx]
-            nb = bf.shape[0]
-            lo = seek_fenced(bd, bfence, opos[sidx], keys, kk, kw, False)
-            hi = lo
-            while hi < nb and _rows_equal(bd, hi, keys, kk, kw):
-                hi += 1
-            opos[sidx] = hi
-            need = no + hi - lo
+        if nso > 0:
+            kst1[0] = kk
+            los = np.empty(nso, np.int64)
+            his = np.empty(nso, np.int64)
+            need = no + _agg_ranges(out_spine, opos, keys, kst1, 1, kw, los, his)
             o_vals = _grow2(o_vals, no, need)
             o_t = _grow1(o_t, no, need)
             o_f = _grow1(o_f, no, need)
-            for z in range(lo, hi):
-                o_vals[no, 0] = bd[z, kw]
-                o_vals[no, 1] = bd[z, kw + 1]
-                o_t[no] = bt[z, 0]
-                o_f[no] = bf[z]
-                no += 1
+            no = _agg_outputs(out_spine, kw, los, his, o_vals, o_t, o_f, no)
         if nso > 1 and no - o0 > 1:
             tmpv = np.empty((no - o0, 2), np.int64)
             _sort_vt(o_vals, o_t, o_f, o0, no, np.empty(no - o0 + 1, np.int64), tmpv,
