@@ -1949,6 +1949,18 @@ def _reduce_agg(new, spine, out_spine, kw, vw, is_sum, col):
     ev_f = np.empty(64, np.int64)
     wmom = np.empty(64, np.int64)
     kst1 = np.empty(1, np.int64)
+    # Per key scratch sized for the largest key group, made once (a call or an
+    # allocation per key costs reference counts; see _agg_ranges).
+    gmax = np.int64(1)
+    for kk in range(nk):
+        if kst[kk + 1] - kst[kk] > gmax:
+            gmax = kst[kk + 1] - kst[kk]
+    vstart = np.empty(gmax + 1, np.int64)
+    old = np.empty(gmax, np.int64)
+    dlt = np.empty(gmax, np.int64)
+    wv = np.empty(gmax, np.int64)
+    los = np.empty(max(nsp, nso, 1) * gmax, np.int64)
+    his = np.empty(max(nsp, nso, 1) * gmax, np.int64)
     for kk in range(nk):
         r0 = kst[kk]
         r1 = kst[kk + 1]
@@ -1959,12 +1971,12 @@ def _reduce_agg(new, spine, out_spine, kw, vw, is_sum, col):
         # Touched values: distinct data rows of the group (consecutive in the batch).
         nev = np.int64(0)
         nv = np.int64(0)
-        vstart = np.empty(r1 - r0 + 1, np.int64)
         # (room for an event per new update of the group, made once)
-        ev_v = _grow1(ev_v, 0, r1 - r0)
-        ev_t = _grow1(ev_t, 0, r1 - r0)
-        ev_new = _grow1(ev_new, 0, r1 - r0)
-        ev_f = _grow1(ev_f, 0, r1 - r0)
+        if r1 - r0 > ev_v.shape[0]:
+            ev_v = _grow1(ev_v, 0, r1 - r0)
+            ev_t = _grow1(ev_t, 0, r1 - r0)
+            ev_new = _grow1(ev_new, 0, r1 - r0)
+            ev_f = _grow1(ev_f, 0, r1 - r0)
         x = r0
         while x < r1:
             y = x + 1
@@ -1981,8 +1993,6 @@ def _reduce_agg(new, spine, out_spine, kw, vw, is_sum, col):
             x = y
         # Old history of the touched values.
         if nsp > 0:
-            los = np.empty(nsp * nv, np.int64)
-            his = np.empty(nsp * nv, np.int64)
             need = nev + _agg_ranges(spine, pos, nd, vstart, nv, w, los, his)
             if need > ev_v.shape[0]:
                 ev_v = _grow1(ev_v, nev, need)
@@ -1994,12 +2004,11 @@ def _reduce_agg(new, spine, out_spine, kw, vw, is_sum, col):
         o0 = no
         if nso > 0:
             kst1[0] = kk
-            los = np.empty(nso, np.int64)
-            his = np.empty(nso, np.int64)
             need = no + _agg_ranges(out_spine, opos, keys, kst1, 1, kw, los, his)
-            o_vals = _grow2(o_vals, no, need)
-            o_t = _grow1(o_t, no, need)
-            o_f = _grow1(o_f, no, need)
+            if need > o_t.shape[0]:
+                o_vals = _grow2(o_vals, no, need)
+                o_t = _grow1(o_t, no, need)
+                o_f = _grow1(o_f, no, need)
             no = _agg_outputs(out_spine, kw, los, his, o_vals, o_t, o_f, no)
         if nso > 1 and no - o0 > 1:
             tmpv = np.empty((no - o0, 2), np.int64)
@@ -2008,10 +2017,9 @@ def _reduce_agg(new, spine, out_spine, kw, vw, is_sum, col):
         o_offs[kk + 1] = no
         # Events in time order; the due times are m and every event time after it.
         order = _time_order(ev_t, nev)
-        old = np.zeros(nv, np.int64)
-        dlt = np.zeros(nv, np.int64)
-        wv = np.zeros(nv, np.int64)
         for v in range(nv):
+            old[v] = 0
+            dlt[v] = 0
             wv[v] = nd[vstart[v], kw + col] if is_sum else 1
         # Accumulate everything at times <= m first.
         e = 0
@@ -2059,16 +2067,18 @@ def _reduce_agg(new, spine, out_spine, kw, vw, is_sum, col):
                     tot_o = o_vals[a, 0]
                     nz_o = o_vals[a, 1]
                 a = b
-            due_t = _grow1(due_t, nm, nm + 1)
-            wmom = _grow1(wmom, nm, nm + 1)
+            if nm + 1 > due_t.shape[0]:
+                due_t = _grow1(due_t, nm, nm + 1)
+                wmom = _grow1(wmom, nm, nm + 1)
             due_t[nm] = tau
             nm += 1
             tot, ov = add_checked(tot_o, dT)
             if ov:
                 raise OverflowError("count/sum: a total overflows int64")
             nz = nz_o + dN
-            w_vals = _grow2(w_vals, nw, nw + 1)
-            w_cnt = _grow1(w_cnt, nw, nw + 1)
+            if nw + 1 > w_cnt.shape[0]:
+                w_vals = _grow2(w_vals, nw, nw + 1)
+                w_cnt = _grow1(w_cnt, nw, nw + 1)
             if nz > 0:
                 w_vals[nw, 0] = tot
                 w_vals[nw, 1] = nz
