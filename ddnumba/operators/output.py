@@ -147,18 +147,24 @@ class Captured:
         :meth:`updates` returns the compacted updates (the collection at ``time``
         stamped ``time``, then the changes after it).
         """
-        t = _as_time(time, self._node.dims, "Captured.compact")
+        t = self._complete_time(time, "Captured.compact",
+                                "the capture is already compacted to {}; a compaction "
+                                "cannot go back before it")
+        self._node.compact(t)
+
+    def _complete_time(self, time, label, before_since):
+        """``time`` as an array, checked: complete, and not before the last compaction
+        (else ``ValueError`` with ``before_since`` naming that compaction's time)."""
+        t = _as_time(time, self._node.dims, label)
         if not self.done(t):
             raise ValueError(
-                f"Captured.compact({_fmt_time(t)}): time not complete; the output "
-                f"frontier is {_fmt_frontier(self._node.frontier)} (advance the inputs "
-                f"past it and run())")
+                f"{label}({_fmt_time(t)}): time not complete; the output frontier is "
+                f"{_fmt_frontier(self._node.frontier)} (advance the inputs past it and "
+                f"run())")
         s = self._node.since
         if s is not None and not bool(_lattice.less_equal(s.reshape(1, -1), t)[0]):
-            raise ValueError(
-                f"Captured.compact({_fmt_time(t)}): the capture is already compacted to "
-                f"{_fmt_time(s)}; a compaction cannot go back before it")
-        self._node.compact(t)
+            raise ValueError(f"{label}({_fmt_time(t)}): " + before_since.format(_fmt_time(s)))
+        return t
 
     def updates(self):
         """All output updates, consolidated and sorted: columns, time(s), diff."""
@@ -174,17 +180,9 @@ class Captured:
         Raises ``ValueError`` if ``time`` is not complete yet (advance the inputs past it
         and ``run()``).
         """
-        t = _as_time(time, self._node.dims, "Captured.at")
-        if not self.done(t):
-            raise ValueError(
-                f"Captured.at({_fmt_time(t)}): time not complete; the output frontier is "
-                f"{_fmt_frontier(self._node.frontier)} (advance the inputs past it and "
-                f"run())")
-        s = self._node.since
-        if s is not None and not bool(_lattice.less_equal(s.reshape(1, -1), t)[0]):
-            raise ValueError(
-                f"Captured.at({_fmt_time(t)}): the capture was compacted to "
-                f"{_fmt_time(s)}; only times at or after it can be read")
+        t = self._complete_time(time, "Captured.at",
+                                "the capture was compacted to {}; only times at or "
+                                "after it can be read")
         data, counts = self.accumulate(t)
         return collection_table(data, counts, self._node.names)
 
