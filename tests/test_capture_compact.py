@@ -168,3 +168,4 @@ def test_compact_rejects_bad_times(engine):
         assert _got(cap, (7,)) == {0: 2, 1: 1, 2: 3}
     finally:
         df.close()
+
