@@ -775,9 +775,10 @@ def _index_bucket(ix, keys, ki, kw):
 
 @leaf
 def seek_fenced(data, fnc, start, keys, ki, kw, strict):
-    """:func:`seek` helped by the batch's fence ``fnc`` (see :func:`fence`). A leaf: a
-    reduce calls it for every key and trace batch, and as a regular kernel its views
-    of the fence and its inlined helpers cost ~8 reference-count updates a call."""
+    """:func:`seek` helped by the batch's fence ``fnc`` (see :func:`fence`). A leaf:
+    as a regular kernel its views of the fence and its inlined helpers cost ~8
+    reference-count updates a call, which a caller seeking key after key pays per key
+    (for many keys at once, :func:`key_ranges` overlaps their cache misses)."""
     n = data.shape[0]
     nf = fence_rows(n, fnc)
     limit = 1 if strict else 0

@@ -1838,36 +1838,16 @@ def _rows_equal(a, i, b, j, w):
 
 
 @list_leaf
-def _agg_ranges(spine, pos, src, rows, nr, w, los, his):
-    """For every batch ``s`` of ``spine`` and each of the sorted rows ``src[rows[:nr]]``
-    (first ``w`` columns): the batch's rows equal to it, ``[los[s * nr + v], his[...])``,
-    found from ``pos[s]`` on (then moved past them). Returns how many rows in all. A
-    leaf reading the list with :func:`list_item`: no reference counts per key."""
-    total = np.int64(0)
-    for sidx in range(len(spine)):
-        bd, bt, bf, bfence = list_item(spine, sidx)
-        nb = bf.shape[0]
-        for v in range(nr):
-            q = rows[v]
-            lo = seek_fenced(bd, bfence, pos[sidx], src, q, w, False)
-            hi = lo
-            while hi < nb and _same_key(bd, hi, src, q, w):
-                hi += 1
-            pos[sidx] = hi
-            los[sidx * nr + v] = lo
-            his[sidx * nr + v] = hi
-            total += hi - lo
-    return total
-
-
-@list_leaf
-def _agg_events(spine, nv, los, his, ev_v, ev_t, ev_new, ev_f, nev):
-    """The old events of :func:`_reduce_agg`'s touched values (ranges from
-    :func:`_agg_ranges`) appended from ``nev``; returns the new count."""
+def _agg_events(spine, v0, nv, los, his, ev_v, ev_t, ev_new, ev_f, nev):
+    """The old events of :func:`_reduce_agg`'s touched values ``v0 .. v0 + nv - 1``
+    (their rows ``[los[s, v], his[s, v])`` in every batch ``s``, from
+    :func:`~kernels.batch.key_ranges`), appended from ``nev`` with value indices from
+    0; returns the new count. A leaf reading the list with :func:`list_item`: no
+    reference counts per key."""
     for sidx in range(len(spine)):
         bd, bt, bf, bfence = list_item(spine, sidx)
         for v in range(nv):
-            for z in range(los[sidx * nv + v], his[sidx * nv + v]):
+            for z in range(los[sidx, v0 + v], his[sidx, v0 + v]):
                 ev_v[nev] = v
                 ev_t[nev] = bt[z, 0]
                 ev_new[nev] = 0
@@ -1877,12 +1857,13 @@ def _agg_events(spine, nv, los, his, ev_v, ev_t, ev_new, ev_f, nev):
 
 
 @list_leaf
-def _agg_outputs(out_spine, kw, los, his, o_vals, o_t, o_f, no):
-    """A key's old output rows ``(total, nz)`` of :func:`_reduce_agg` (one range per
-    batch, from :func:`_agg_ranges`) appended from ``no``; returns the new count."""
+def _agg_outputs(out_spine, kw, kk, los, his, o_vals, o_t, o_f, no):
+    """Key ``kk``'s old output rows ``(total, nz)`` of :func:`_reduce_agg` (rows
+    ``[los[s, kk], his[s, kk])`` of every batch ``s``) appended from ``no``; returns
+    the new count."""
     for sidx in range(len(out_spine)):
         bd, bt, bf, bfence = list_item(out_spine, sidx)
-        for z in range(los[sidx], his[sidx]):
+        for z in range(los[sidx, kk], his[sidx, kk]):
             o_vals[no, 0] = bd[z, kw]
             o_vals[no, 1] = bd[z, kw + 1]
             o_t[no] = bt[z, 0]
@@ -1904,16 +1885,25 @@ def _reduce_agg(new, spine, out_spine, kw, vw, is_sum, col):
     ``nz`` plus, per touched value, ``[old + new != 0] - [old != 0]``. It can change
     only at times of ``T`` or of a touched value's history after the least of them.
 
+    The touched values' rows in every input batch, and the keys' rows in every output
+    batch, are found batch by batch for all of them at once
+    (:func:`~kernels.batch.key_ranges`, as :func:`_reduce_gather` does); the per-key
+    loop then only copies them (leaf kernels: no reference counts per key).
+
     Returns the arguments of :func:`_corrections_1d` (desired ``(total, nz)`` rows per
     due time) and the key rows.
     """
     nd, nt, nf = new
     n_new = nf.shape[0]
     w = kw + vw
-    # Key groups of the new batch.
+    # Key groups of the new batch, and their touched values: the distinct data rows
+    # (consecutive in the batch), the values of key kk being kvo[kk] .. kvo[kk + 1] - 1.
     keys = np.empty((n_new, kw), np.int64)
     kst = np.empty(n_new + 1, np.int64)
+    vstart = np.empty(n_new + 1, np.int64)
+    kvo = np.zeros(n_new + 1, np.int64)
     nk = np.int64(0)
+    nV = np.int64(0)
     r = np.int64(0)
     while r < n_new:
         e = r + 1
@@ -1922,94 +1912,97 @@ def _reduce_agg(new, spine, out_spine, kw, vw, is_sum, col):
         for x in range(kw):
             keys[nk, x] = nd[r, x]
         kst[nk] = r
+        x = r
+        while x < e:
+            y = x + 1
+            while y < e and _rows_equal(nd, x, nd, y, w):
+                y += 1
+            vstart[nV] = x
+            nV += 1
+            x = y
         nk += 1
+        kvo[nk] = nV
         r = e
     kst[nk] = n_new
+    vstart[nV] = n_new
     keys = keys[:nk]
     nsp = len(spine)
     nso = len(out_spine)
-    pos = np.zeros(max(nsp, 1), np.int64)
-    opos = np.zeros(max(nso, 1), np.int64)
+    # Row ranges: every touched value in every input batch, every key in every output
+    # batch; and how many rows each key reads.
+    los = np.empty((nsp, nV), np.int64)
+    his = np.empty((nsp, nV), np.int64)
+    vq = vstart[:nV]
+    for sidx in range(nsp):
+        sb = spine[sidx]
+        key_ranges(sb[0], sb[3], nd, vq, w, los[sidx], his[sidx])
+    olos = np.empty((nso, nk), np.int64)
+    ohis = np.empty((nso, nk), np.int64)
+    if nso > 0:
+        kq = np.arange(nk)
+        for sidx in range(nso):
+            sb = out_spine[sidx]
+            key_ranges(sb[0], sb[3], keys, kq, kw, olos[sidx], ohis[sidx])
+    ev_max = np.int64(1)
+    gmax = np.int64(1)
+    n_out = np.int64(0)
+    for kk in range(nk):
+        c = kst[kk + 1] - kst[kk]
+        for sidx in range(nsp):
+            for v in range(kvo[kk], kvo[kk + 1]):
+                c += his[sidx, v] - los[sidx, v]
+        if c > ev_max:
+            ev_max = c
+        if kst[kk + 1] - kst[kk] > gmax:
+            gmax = kst[kk + 1] - kst[kk]
+        for sidx in range(nso):
+            n_out += ohis[sidx, kk] - olos[sidx, kk]
     due_offs = np.zeros(nk + 1, np.int64)
     due_t = np.empty(64, np.int64)
-    w_offs = np.zeros(1, np.int64)
     w_vals = np.empty((64, 2), np.int64)
     w_cnt = np.empty(64, np.int64)
     nw = np.int64(0)
     nm = np.int64(0)
     o_offs = np.zeros(nk + 1, np.int64)
-    o_vals = np.empty((64, 2), np.int64)
-    o_t = np.empty(64, np.int64)
-    o_f = np.empty(64, np.int64)
+    o_vals = np.empty((n_out, 2), np.int64)
+    o_t = np.empty(n_out, np.int64)
+    o_f = np.empty(n_out, np.int64)
     no = np.int64(0)
-    # Per key scratch: events (touched value index, t, old/new flag, diff).
-    ev_v = np.empty(64, np.int64)
-    ev_t = np.empty(64, np.int64)
-    ev_new = np.empty(64, np.int64)
-    ev_f = np.empty(64, np.int64)
+    # Per key scratch, sized for the largest key once: events (touched value index,
+    # t, old/new flag, diff) and per touched value sums (an allocation or a call
+    # taking arrays per key costs reference counts; see _rows_equal).
+    ev_v = np.empty(ev_max, np.int64)
+    ev_t = np.empty(ev_max, np.int64)
+    ev_new = np.empty(ev_max, np.int64)
+    ev_f = np.empty(ev_max, np.int64)
     wmom = np.empty(64, np.int64)
-    kst1 = np.empty(1, np.int64)
-    # Per key scratch sized for the largest key group, made once (a call or an
-    # allocation per key costs reference counts; see _agg_ranges).
-    gmax = np.int64(1)
-    for kk in range(nk):
-        if kst[kk + 1] - kst[kk] > gmax:
-            gmax = kst[kk + 1] - kst[kk]
-    vstart = np.empty(gmax + 1, np.int64)
     old = np.empty(gmax, np.int64)
     dlt = np.empty(gmax, np.int64)
     wv = np.empty(gmax, np.int64)
-    los = np.empty(max(nsp, nso, 1) * gmax, np.int64)
-    his = np.empty(max(nsp, nso, 1) * gmax, np.int64)
     for kk in range(nk):
         r0 = kst[kk]
         r1 = kst[kk + 1]
+        v0 = kvo[kk]
+        nv = kvo[kk + 1] - v0
         m = INF
         for x in range(r0, r1):
             if nt[x, 0] < m:
                 m = nt[x, 0]
-        # Touched values: distinct data rows of the group (consecutive in the batch).
+        # New events, then the old history of the touched values.
         nev = np.int64(0)
-        nv = np.int64(0)
-        # (room for an event per new update of the group, made once)
-        if r1 - r0 > ev_v.shape[0]:
-            ev_v = _grow1(ev_v, 0, r1 - r0)
-            ev_t = _grow1(ev_t, 0, r1 - r0)
-            ev_new = _grow1(ev_new, 0, r1 - r0)
-            ev_f = _grow1(ev_f, 0, r1 - r0)
-        x = r0
-        while x < r1:
-            y = x + 1
-            while y < r1 and _rows_equal(nd, x, nd, y, w):
-                y += 1
-            vstart[nv] = x
-            for z in range(x, y):
-                ev_v[nev] = nv
+        for v in range(nv):
+            for z in range(vstart[v0 + v], vstart[v0 + v + 1]):
+                ev_v[nev] = v
                 ev_t[nev] = nt[z, 0]
                 ev_new[nev] = 1
                 ev_f[nev] = nf[z]
                 nev += 1
-            nv += 1
-            x = y
-        # Old history of the touched values.
         if nsp > 0:
-            need = nev + _agg_ranges(spine, pos, nd, vstart, nv, w, los, his)
-            if need > ev_v.shape[0]:
-                ev_v = _grow1(ev_v, nev, need)
-                ev_t = _grow1(ev_t, nev, need)
-                ev_new = _grow1(ev_new, nev, need)
-                ev_f = _grow1(ev_f, nev, need)
-            nev = _agg_events(spine, nv, los, his, ev_v, ev_t, ev_new, ev_f, nev)
+            nev = _agg_events(spine, v0, nv, los, his, ev_v, ev_t, ev_new, ev_f, nev)
         # Old output history of the key, sorted by (row, t).
         o0 = no
         if nso > 0:
-            kst1[0] = kk
-            need = no + _agg_ranges(out_spine, opos, keys, kst1, 1, kw, los, his)
-            if need > o_t.shape[0]:
-                o_vals = _grow2(o_vals, no, need)
-                o_t = _grow1(o_t, no, need)
-                o_f = _grow1(o_f, no, need)
-            no = _agg_outputs(out_spine, kw, los, his, o_vals, o_t, o_f, no)
+            no = _agg_outputs(out_spine, kw, kk, olos, ohis, o_vals, o_t, o_f, no)
         if nso > 1 and no - o0 > 1:
             tmpv = np.empty((no - o0, 2), np.int64)
             _sort_vt(o_vals, o_t, o_f, o0, no, np.empty(no - o0 + 1, np.int64), tmpv,
@@ -2020,7 +2013,7 @@ def _reduce_agg(new, spine, out_spine, kw, vw, is_sum, col):
         for v in range(nv):
             old[v] = 0
             dlt[v] = 0
-            wv[v] = nd[vstart[v], kw + col] if is_sum else 1
+            wv[v] = nd[vstart[v0 + v], kw + col] if is_sum else 1
         # Accumulate everything at times <= m first.
         e = 0
         dT = np.int64(0)
