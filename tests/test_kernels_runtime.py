@@ -312,10 +312,11 @@ def _accumulated(batches, since):
     return {k: v for k, v in acc.items() if v}
 
 
+@pytest.mark.parametrize("ratio", [1, 2, 8])
 @pytest.mark.parametrize("seed", range(24))
-def test_settle_spine_keeps_updates_compacts_and_restores_shape(seed):
+def test_settle_spine_keeps_updates_compacts_and_restores_shape(seed, ratio):
     from ddnumba.kernels.batch import fence
-    from ddnumba.kernels.runtime import SETTLE_RATIO, _settle_spine
+    from ddnumba.kernels.runtime import _settle_spine
 
     rng = np.random.default_rng(seed)
     # a geometric head (as spine inserts leave it) and a tail of recent batches; few
@@ -334,25 +335,25 @@ def test_settle_spine_keeps_updates_compacts_and_restores_shape(seed):
     rows_before = [b[2].shape[0] for b in sp]
     heads = [b[0] for b in sp]
     info = np.zeros(8, np.int64)
-    _settle_spine(sp, since, info, dirty, added)
+    _settle_spine(sp, since, info, dirty, added, ratio)
     after = [(b[0], b[1], b[2]) for b in sp]
     assert _accumulated(after, since) == before           # nothing lost or changed
     sizes = [b[2].shape[0] for b in sp]
     assert all(s > 0 for s in sizes)
     for i in range(len(sizes) - 1):                         # strongly geometric
-        assert sizes[i] > SETTLE_RATIO * sum(sizes[i + 1:]), (rows_before, sizes)
+        assert sizes[i] > ratio * sum(sizes[i + 1:]), (rows_before, sizes)
     for d, t, f, fnc in sp:                                 # sorted, fenced
         assert np.array_equal(fnc, fence(d))
         if f.shape[0] > 1:
             order = np.lexsort((t[:, 1], t[:, 0]) + tuple(d[:, c] for c in range(1, -1, -1)))
             assert np.array_equal(order, np.arange(f.shape[0]))
     # the batches from `cut` on are rewritten: those the raw-size rule merges, and the
-    # run's batches when rewriting them costs at most SETTLE_RATIO times what it added
+    # run's batches when rewriting them costs at most `ratio` times what it added
     cut = len(rows_before)
     for i in range(len(rows_before) - 1, 0, -1):
-        if SETTLE_RATIO * sum(rows_before[i:]) >= rows_before[i - 1]:
+        if ratio * sum(rows_before[i:]) >= rows_before[i - 1]:
             cut = i - 1
-    if 0 <= dirty < cut and sum(rows_before[dirty:]) <= SETTLE_RATIO * added:
+    if 0 <= dirty < cut and sum(rows_before[dirty:]) <= ratio * added:
         cut = dirty
     for i in range(min(cut, len(rows_before))):             # the rest stay as they were
         assert np.shares_memory(sp[i][0], heads[i])
@@ -371,8 +372,8 @@ def test_spine_insert_records_the_run_for_settle():
     input); settling resets both."""
     from numba.typed import List
 
-    from ddnumba.kernels.runtime import (INFO_SPINES, MERGE_RATIO, SBATCH_TYPE, _settle,
-                                         _spine_insert)
+    from ddnumba.kernels.runtime import (INFO_SPINES, MERGE_RATIO, SBATCH_TYPE,
+                                         SETTLE_RATIO, _settle, _spine_insert)
 
     rng = np.random.default_rng(3)
     sp, raw = _spine_list(rng, [3000, 300], 2, 1000, 12)
@@ -399,10 +400,74 @@ def test_spine_insert_records_the_run_for_settle():
     sps = List([List.empty_list(SBATCH_TYPE), sp])
     st = (None, sps, None, np.array([0, 12], np.int64), None, None, None, None, None,
           info, None)
-    _settle(st, 1)
+    _settle(st, 1, SETTLE_RATIO)
     assert int(info[x]) == -1 and int(info[x + 1]) == 0
     assert _accumulated([(b[0], b[1], b[2]) for b in sps[1]], 12) == _accumulated(raw, 12)
 
+
+
+def _root_spine_shapes(df):
+    """Batch sizes of every spine of a native dataflow (all root spines here)."""
+    return [[b[2].shape[0] for b in sp] for sp in df._native.st[1]]
+
+
+def test_root_pass_settles_root_spines_at_the_root_ratio():
+    """After every root pass each root trace is strongly geometric at
+    ROOT_SETTLE_RATIO (each batch larger than that many times all later ones), or at
+    the ratio set in the state's info[6]; the answers stay those of NumPy."""
+    import ddnumba as dd
+    from ddnumba.kernels.runtime import ROOT_SETTLE_RATIO
+
+    rng = np.random.default_rng(5)
+    df = dd.Dataflow(engine="native")
+    a_in, a = df.new_input(["k", "v"])
+    b_in, b = df.new_input(["k", "w"])
+    cap = a.join(b).count().capture()
+    ka, va = rng.integers(0, 300, 3000), rng.integers(0, 50, 3000)
+    kb, wb = rng.integers(0, 300, 600), rng.integers(0, 50, 600)
+    a_in.insert(ka, va, time=0)
+    b_in.insert(kb, wb, time=0)
+    rows = [(int(k), int(v)) for k, v in zip(ka, va)]
+    geometric = {ROOT_SETTLE_RATIO: 0, 5: 0}
+    looser = 0      # shapes of the first phase that a ratio of 5 would have merged
+    for t in range(1, 121):
+        ratio = ROOT_SETTLE_RATIO if t <= 60 else 5
+        if t == 61:
+            df._native.st[9][6] = 5
+        a_in.advance_to(t)
+        b_in.advance_to(t)
+        df.run()
+        for sizes in _root_spine_shapes(df):
+            for i in range(len(sizes) - 1):
+                assert sizes[i] > ratio * sum(sizes[i + 1:]), (t, ratio, sizes)
+            geometric[ratio] += len(sizes) > 1
+            if t <= 60:
+                looser += any(sizes[i] <= 5 * sum(sizes[i + 1:])
+                              for i in range(len(sizes) - 1))
+        # next run: retract a few existing rows, add new ones
+        out = rng.choice(len(rows), 8, replace=False)
+        gone = [rows[i] for i in out]
+        rows = [r for i, r in enumerate(rows) if i not in set(out.tolist())]
+        new = [(int(k), int(v)) for k, v in zip(rng.integers(0, 300, 12),
+                                                  rng.integers(0, 50, 12))]
+        rows += new
+        a_in.update(np.array([r[0] for r in gone + new]), np.array([r[1] for r in gone + new]),
+                    time=t, diff=np.array([-1] * len(gone) + [1] * len(new)))
+    # the shapes checked had more than one batch, under both ratios
+    assert geometric[ROOT_SETTLE_RATIO] > 0 and geometric[5] > 0
+    # ... and the root ratio is the one in force: not a stricter one (e.g. the loops')
+    assert ROOT_SETTLE_RATIO < 5 and looser > 0
+    # the join's count at the last complete time, by NumPy
+    last = 119
+    got = {int(k): int(c) for k, c in zip(cap.at(last).column(0).to_numpy(),
+                                          cap.at(last).column("count").to_numpy())}
+    ka2 = np.array([r[0] for r in rows])
+    # rows now hold the state after run 120's update (time 120, not complete): undo it
+    ka2 = np.concatenate([ka2[:-len(new)], np.array([r[0] for r in gone])])
+    per_a = np.bincount(ka2, minlength=300)
+    per_b = np.bincount(kb, minlength=300)
+    want = {k: int(per_a[k] * per_b[k]) for k in range(300) if per_a[k] * per_b[k]}
+    assert got == want
 
 def sort_consolidate_py(d, t, f):
     from ddnumba.kernels.batch import sort_consolidate
