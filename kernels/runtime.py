@@ -53,7 +53,7 @@ import numpy as np
 from numba import njit, types
 from numba.typed import List
 
-from .batch import (advance, concat_batches, fence, key_ranges, merge, seek, seek_fenced,
+from .batch import (advance, concat_batches, fence, key_ranges, merge,
                     sort_consolidate)
 from .hooks import _HOOKS, _cb_batch, _cb_logic, _cb_warn, set_hooks, trim_heap  # noqa: F401
 from .hstate import M_LIVE, _move_step as _hs_move_step, gc as _hs_gc, new_meta as _hs_new_meta
