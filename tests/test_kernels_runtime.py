@@ -414,7 +414,7 @@ def _root_spine_shapes(df):
 def test_root_pass_settles_root_spines_at_the_root_ratio():
     """After every root pass each root trace is strongly geometric at
     ROOT_SETTLE_RATIO (each batch larger than that many times all later ones), or at
-    the ratio set in the state's info[6]; the answers stay those of NumPy."""
+    the ratio set in the state's info[6]; the answer at every time is NumPy's."""
     import ddnumba as dd
     from ddnumba.kernels.runtime import ROOT_SETTLE_RATIO
 
@@ -427,7 +427,8 @@ def test_root_pass_settles_root_spines_at_the_root_ratio():
     kb, wb = rng.integers(0, 300, 600), rng.integers(0, 50, 600)
     a_in.insert(ka, va, time=0)
     b_in.insert(kb, wb, time=0)
-    rows = [(int(k), int(v)) for k, v in zip(ka, va)]
+    rows = [(int(k), int(v)) for k, v in zip(ka, va)]   # `a` at the last time updated
+    per_b = np.bincount(kb, minlength=300)
     geometric = {ROOT_SETTLE_RATIO: 0, 5: 0}
     looser = 0      # shapes of the first phase that a ratio of 5 would have merged
     for t in range(1, 121):
@@ -437,6 +438,13 @@ def test_root_pass_settles_root_spines_at_the_root_ratio():
         a_in.advance_to(t)
         b_in.advance_to(t)
         df.run()
+        # the join's count at t - 1 (complete; `rows` holds every update up to it)
+        tab = cap.at(t - 1)
+        got = dict(zip(tab.column(0).to_numpy().tolist(),
+                       tab.column("count").to_numpy().tolist()))
+        per_a = np.bincount(np.array([r[0] for r in rows]), minlength=300)
+        want = {k: int(per_a[k] * per_b[k]) for k in range(300) if per_a[k] * per_b[k]}
+        assert got == want, t
         for sizes in _root_spine_shapes(df):
             for i in range(len(sizes) - 1):
                 assert sizes[i] > ratio * sum(sizes[i + 1:]), (t, ratio, sizes)
@@ -457,17 +465,6 @@ def test_root_pass_settles_root_spines_at_the_root_ratio():
     assert geometric[ROOT_SETTLE_RATIO] > 0 and geometric[5] > 0
     # ... and the root ratio is the one in force: not a stricter one (e.g. the loops')
     assert ROOT_SETTLE_RATIO < 5 and looser > 0
-    # the join's count at the last complete time, by NumPy
-    last = 119
-    got = {int(k): int(c) for k, c in zip(cap.at(last).column(0).to_numpy(),
-                                          cap.at(last).column("count").to_numpy())}
-    ka2 = np.array([r[0] for r in rows])
-    # rows now hold the state after run 120's update (time 120, not complete): undo it
-    ka2 = np.concatenate([ka2[:-len(new)], np.array([r[0] for r in gone])])
-    per_a = np.bincount(ka2, minlength=300)
-    per_b = np.bincount(kb, minlength=300)
-    want = {k: int(per_a[k] * per_b[k]) for k in range(300) if per_a[k] * per_b[k]}
-    assert got == want
 
 def sort_consolidate_py(d, t, f):
     from ddnumba.kernels.batch import sort_consolidate
