@@ -356,3 +356,39 @@ def test_merge_advancing_one_outer_time_keeps_order_or_closes(since):
         alone = kb.merge(x, kb.empty_batch(1), since)
         assert_batch(alone, ref_consolidate(*x, since=since))
         assert kb.is_consolidated(*alone)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_merge_rows_of_one_update_mixed_with_longer_rows(seed):
+    """``merge`` copies a row of one input with a single update on a path of its own;
+    consolidated traces are mostly such rows. Random interleavings of single-update
+    rows (the first and last of each input among them), rows with several updates,
+    rows in both inputs and rows whose sum cancels, at frontiers below, inside and
+    past their times, against the reference."""
+    rng = np.random.default_rng(seed)
+
+    def mk(n, w):
+        keys = np.sort(rng.integers(0, 4 * n + 1, n))
+        reps = np.where(rng.random(n) < 0.2, rng.integers(2, 5, n), 1)
+        reps[-1] = 1 + seed % 3       # the last row: one update, or several
+        d = np.repeat(keys, reps)
+        data = np.stack([d // 7, d % 7] + [d % 3] * (w - 2), 1)[:, :w] if w > 1 else d[:, None]
+        t = np.stack([rng.integers(0, 20, d.size), rng.integers(0, 3, d.size)], 1)
+        t[-3:] = [[1, 0], [2, 1], [25, 0]][-min(3, d.size):]     # (distinct: kept apart)
+        return kb.sort_consolidate(np.ascontiguousarray(data, dtype=np.int64),
+                                   t.astype(np.int64), rng.choice([-1, 1, 2], d.size))
+
+    w = int(rng.integers(1, 4))
+    a, b = mk(int(rng.integers(1, 400)), w), mk(int(rng.integers(1, 400)), w)
+    # rows of one update: most of them
+    _, counts = np.unique(a[0], axis=0, return_counts=True)
+    assert (counts == 1).mean() > 0.5
+    for since in (I64_MIN, 0, 10, 19, 20, 50):
+        ref_since = None if since == I64_MIN else since
+        cat = [np.concatenate([x, y]) for x, y in zip(a, b)]
+        for x, y in ((a, b), (b, a)):
+            got = kb.merge(x, y, since)
+            assert_batch(got, ref_consolidate(*cat, since=ref_since))
+            assert kb.is_consolidated(*got)
+        alone = kb.merge(a, kb.empty_batch(w), since)
+        assert_batch(alone, ref_consolidate(*a, since=ref_since))
