@@ -414,6 +414,19 @@ def _fill_rows(od, start, k, src, row):
             od[q, c] = src[row, c]
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _copy_one(sd, st, sf, x, since, od, ot, of, k):
+    """Copy update ``x`` of one input, alone on its data row, to output row ``k``, its
+    outer time advanced to ``since`` (inlined: as fast as the copy written out, where a
+    call per row costs twice the time, as ``_copy_times`` and ``_fill_rows`` did)."""
+    t0 = st[x, 0]
+    ot[k, 0] = t0 if t0 >= since else since
+    ot[k, 1] = st[x, 1]
+    of[k] = sf[x]
+    for c in range(od.shape[1]):
+        od[k, c] = sd[x, c]
+
+
 @njit(cache=True, nogil=True)
 def merge(a, b, since):
     """Merge two flat batches into one, advancing outer times to ``>= since``.
@@ -447,28 +460,19 @@ def merge(a, b, since):
         # costs a reference-count update per data row.)
         if src != 2:
             # A row of one input with one update, the common case in consolidated
-            # traces: copied here (its time advanced; one update cannot collide),
-            # without the calls below (2x faster merges of such batches).
+            # traces: copied by the inlined _copy_one (its time advanced; one update
+            # cannot collide), not through the calls below (2x faster merges of
+            # such batches).
             if src == 0:
                 one = i + 1 >= na or _cmp_data(ad, i, ad, i + 1) != 0
             else:
                 one = j + 1 >= nb or _cmp_data(bd, j, bd, j + 1) != 0
             if one:
                 if src == 0:
-                    t0 = at[i, 0]
-                    ot[k, 0] = t0 if t0 >= since else since
-                    ot[k, 1] = at[i, 1]
-                    of[k] = af[i]
-                    for c in range(w):
-                        od[k, c] = ad[i, c]
+                    _copy_one(ad, at, af, i, since, od, ot, of, k)
                     i += 1
                 else:
-                    t0 = bt[j, 0]
-                    ot[k, 0] = t0 if t0 >= since else since
-                    ot[k, 1] = bt[j, 1]
-                    of[k] = bf[j]
-                    for c in range(w):
-                        od[k, c] = bd[j, c]
+                    _copy_one(bd, bt, bf, j, since, od, ot, of, k)
                     j += 1
                 k += 1
                 continue
