@@ -374,7 +374,9 @@ def test_merge_rows_of_one_update_mixed_with_longer_rows(seed):
         d = np.repeat(keys, reps)
         data = np.stack([d // 7, d % 7] + [d % 3] * (w - 2), 1)[:, :w] if w > 1 else d[:, None]
         t = np.stack([rng.integers(0, 20, d.size), rng.integers(0, 3, d.size)], 1)
-        t[-3:] = [[1, 0], [2, 1], [25, 0]][-min(3, d.size):]     # (distinct: kept apart)
+        # the last updates at fixed distinct times, so that a last row with several
+        # updates keeps them through consolidation
+        t[-3:] = [[1, 0], [2, 1], [25, 0]][-min(3, d.size):]
         return kb.sort_consolidate(np.ascontiguousarray(data, dtype=np.int64),
                                    t.astype(np.int64), rng.choice([-1, 1, 2], d.size))
 
