@@ -254,6 +254,45 @@ class BatchMerge:
     track_merge_vs_memcpy.unit = "fraction of memcpy"
 
 
+
+def trace_batch(n, seed, t_lo, t_hi):
+    """A consolidated flat batch of n distinct rows with one update each (two key words
+    from a space of 10n rows, outer times in [t_lo, t_hi)): the shape of a compacted
+    trace's batches, whose rows rarely repeat."""
+    rng = np.random.default_rng(seed)
+    keys = rng.choice(10 * n, n, replace=False)
+    data = np.ascontiguousarray(np.stack([keys // 1000, keys % 1000], 1), dtype=np.int64)
+    times = np.zeros((n, 2), np.int64)
+    times[:, 0] = rng.integers(t_lo, t_hi, n)
+    return batch.sort_consolidate(data, times, np.ones(n, np.int64))
+
+
+class BatchMergeTrace:
+    """``batch.merge`` of spine-shaped batches: n rows of one update each merged with n/2
+    (a root spine settles at ratio 2) or n/100 newer ones (an insert into a large
+    batch), compacting the older batch's times to the newer's. Rows of one input with
+    one update take ``merge``'s inline copy (twenty-second session)."""
+
+    params = [SIZES[:3], [2, 100]]
+    param_names = ["n", "ratio"]
+    timeout = 300
+
+    def setup(self, n, ratio):
+        self.a = trace_batch(n, 5, 0, 1000)
+        self.b = trace_batch(max(1, n // ratio), 6, 1000, 2000)
+        self.rows = len(self.a[2]) + len(self.b[2])
+        out = batch.merge(self.a, self.b, 1000)
+        assert batch.is_consolidated(*out) and out[1][:, 0].min() >= 1000
+        assert len(out[2]) <= self.rows
+
+    def time_merge_compacting(self, n, ratio):
+        batch.merge(self.a, self.b, 1000)
+
+    def track_merge_compacting_rows_per_s(self, n, ratio):
+        return self.rows / median_seconds(lambda: batch.merge(self.a, self.b, 1000),
+                                          repeat=3)
+    track_merge_compacting_rows_per_s.unit = "rows/s"
+
 @njit(cache=True, nogil=True, inline="always")
 def _key_end(data, a, keys, q):
     # The rows of a key follow its first row (one key column here).
