@@ -91,3 +91,38 @@ class DistinctTimesRatio:
 
     def track_join_ratio(self):
         return _interleaved_ratio(_join_once, 7)
+
+
+class CaptureRead:
+    """A stream read run by run: a capture holding ``n`` updates gains 100 in a run,
+    then is read whole (``updates``: the new parts merged into the consolidated rest)
+    or for what is new only (``new_updates``). The run itself is in the timed region
+    for both (~0.1 ms)."""
+
+    params = [[100_000, 1_000_000], ["updates", "new_updates"]]
+    param_names = ["n", "read"]
+    timeout = 600
+
+    def setup(self, n, read):
+        rng = np.random.default_rng(3)
+        self.df = dd.Dataflow()
+        self.inp, c = self.df.new_input(["k", "v"])
+        self.cap = c.capture()
+        self.inp.insert(rng.integers(0, 10**9, n), rng.integers(0, 100, n), time=0)
+        self.t = 1
+        self.inp.advance_to(self.t)
+        self.df.run()
+        self.rng = rng
+        self._step(read)                # JIT warm-up; the first read consolidates all
+
+    def _step(self, read):
+        rng = self.rng
+        self.inp.insert(rng.integers(0, 10**9, 100), rng.integers(0, 100, 100),
+                        time=self.t)
+        self.t += 1
+        self.inp.advance_to(self.t)
+        self.df.run()
+        return self.cap.updates() if read == "updates" else self.cap.new_updates()
+
+    def time_run_and_read(self, n, read):
+        self._step(read)

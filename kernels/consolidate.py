@@ -35,7 +35,8 @@ from .sort import (
     as_int64_vector,
 )
 
-__all__ = ["consolidate", "consolidate_sorted", "is_consolidated", "consolidate_data"]
+__all__ = ["consolidate", "consolidate_sorted", "is_consolidated", "consolidate_data",
+           "merge_consolidated"]
 
 
 # ----------------------------------------------------------------------------------
@@ -115,6 +116,82 @@ def _gather_rows(src, idx, k, out):
         i = idx[q]
         for c in range(src.shape[1]):
             out[q, c] = src[i, c]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _upd_cmp(ad, at, i, bd, bt, j):
+    """Compare update ``i`` of ``(ad, at)`` with update ``j`` of ``(bd, bt)`` by
+    ``(data, time)``: -1, 0 or 1."""
+    c = row_cmp(ad, i, bd, j)
+    if c == 0:
+        c = row_cmp(at, i, bt, j)
+    return c
+
+
+@njit(cache=True, nogil=True)
+def _gallop(ad, at, lo, n, bd, bt, j):
+    """The first ``i >= lo`` (``<= n``) with ``(ad[i], at[i]) >= (bd[j], bt[j])``, for
+    ``(ad, at)`` sorted: steps of doubling size from ``lo``, then a binary search, so
+    an insertion point ``g`` rows on costs ``O(log g)`` comparisons."""
+    step = np.int64(1)
+    hi = lo
+    while hi < n and _upd_cmp(ad, at, hi, bd, bt, j) < 0:
+        lo = hi + 1
+        hi = lo + step
+        step *= 2
+    if hi > n:
+        hi = n
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if _upd_cmp(ad, at, mid, bd, bt, j) < 0:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _put_upd(sd, st, i, diff, od, ot, of, k):
+    for c in range(sd.shape[1]):
+        od[k, c] = sd[i, c]
+    for c in range(st.shape[1]):
+        ot[k, c] = st[i, c]
+    of[k] = diff
+
+
+@njit(cache=True, nogil=True)
+def _merge_consolidated(ad, at, af, bd, bt, bf, od, ot, of):
+    """Merge two consolidated update sets into ``(od, ot, of)`` (room for both): the
+    rows of ``a`` between two rows of ``b`` are found by galloping and copied as a
+    run, so merging a few updates into many costs a copy of the many plus
+    ``O(log)`` comparisons per few. Returns ``(k, overflow)``: ``k`` rows written,
+    consolidated; ``overflow`` when a pair's sum is outside int64 (output garbage)."""
+    n = ad.shape[0]
+    m = bd.shape[0]
+    i = np.int64(0)
+    k = np.int64(0)
+    for j in range(m):
+        p = _gallop(ad, at, i, n, bd, bt, j)
+        while i < p:
+            _put_upd(ad, at, i, af[i], od, ot, of, k)
+            i += 1
+            k += 1
+        if i < n and _upd_cmp(ad, at, i, bd, bt, j) == 0:
+            s, over = add_checked(af[i], bf[j])
+            if over:
+                return k, True
+            if s != 0:
+                _put_upd(ad, at, i, s, od, ot, of, k)
+                k += 1
+            i += 1
+        else:
+            _put_upd(bd, bt, j, bf[j], od, ot, of, k)
+            k += 1
+    while i < n:
+        _put_upd(ad, at, i, af[i], od, ot, of, k)
+        i += 1
+        k += 1
+    return k, False
 
 
 # ----------------------------------------------------------------------------------
@@ -294,3 +371,39 @@ def consolidate_data(data, diffs):
     data, times, diffs = _check(data, times, diffs, "consolidate_data")
     out_data, _, out_diffs = _consolidate(data, times, diffs, "consolidate_data")
     return out_data, out_diffs
+
+
+def merge_consolidated(a, b):
+    """Merge two consolidated update sets ``a`` and ``b`` (each ``(data, times,
+    diffs)``) into one: the consolidation of their union, in time linear in the larger
+    and logarithmic per row of the smaller (rows of one side between two of the other
+    are found by galloping and copied as a run).
+
+    Precondition (not checked: that would cost a pass over both): each input is
+    consolidated (see :func:`is_consolidated`). Widths must agree (checked).
+
+    Returns fresh C-contiguous int64 ``(data, times, diffs)``, consolidated. Raises
+    ``OverflowError`` when an update of ``a`` and its equal in ``b`` sum outside
+    int64, ``ValueError`` on mismatched shapes.
+    """
+    ad, at, af = _check(*a, "merge_consolidated")
+    bd, bt, bf = _check(*b, "merge_consolidated")
+    if ad.shape[1] != bd.shape[1] or at.shape[1] != bt.shape[1]:
+        raise ValueError(f"merge_consolidated: widths differ: data {ad.shape[1]} and "
+                         f"{bd.shape[1]} columns, times {at.shape[1]} and {bt.shape[1]}")
+    if ad.shape[0] < bd.shape[0]:
+        # gallop through the larger side: the smaller one's rows drive the loop
+        ad, at, af, bd, bt, bf = bd, bt, bf, ad, at, af
+    n = ad.shape[0] + bd.shape[0]
+    od = np.empty((n, ad.shape[1]), np.int64)
+    ot = np.empty((n, at.shape[1]), np.int64)
+    of = np.empty(n, np.int64)
+    k, over = _merge_consolidated(ad, at, af, bd, bt, bf, od, ot, of)
+    if over:
+        raise _overflow("merge_consolidated")
+    if k == n:
+        return od, ot, of
+    if 4 * (n - k) <= n:
+        # a few rows cancelled: keep the buffers (prefix views stay C-contiguous)
+        return od[:k], ot[:k], of[:k]
+    return od[:k].copy(), ot[:k].copy(), of[:k].copy()

@@ -546,10 +546,20 @@ def read_changes(path_or_paths, columns=None, *, time_dims=1, encoder=None, diff
 _PART = re.compile(r"^part-(\d+)")
 
 
-def _as_table(data):
+def _as_table(data, new=False):
+    from ddnumba.io.arrow import updates_to_table
     from ddnumba.operators.output import Captured
     if isinstance(data, Captured):
-        return data.updates(), encoder_for(data._node.df)
+        if new:
+            # peeked, taken only once the file is in place (a failed write loses
+            # nothing: the next one writes these updates again)
+            table = updates_to_table(data._node.peek_new(), data._node.names)
+        else:
+            table = data.updates()
+        return table, encoder_for(data._node.df)
+    if new:
+        raise TypeError(f"write_changes: new=True reads a Captured output, not a "
+                        f"{type(data).__name__}")
     if isinstance(data, pa.RecordBatch):
         return pa.Table.from_batches([data]), None
     if isinstance(data, pa.Table):
@@ -583,8 +593,8 @@ def _target(path):
     return p, os.path.join(p, f"part-{k:05d}.parquet"), True
 
 
-def write_changes(data, path, *, encoder=None, types=None, overwrite=False,
-                  row_group_size=1 << 20) -> str:
+def write_changes(data, path, *, new=False, encoder=None, types=None, overwrite=False,
+                  row_group_size=1 << 20) -> str | None:
     """Write output changes as Parquet that Spark (and :func:`read_changes`) reads.
 
     Parameters
@@ -595,6 +605,13 @@ def write_changes(data, path, *, encoder=None, types=None, overwrite=False,
     path : str or os.PathLike
         A file path ending in ``.parquet``, or a directory: the table then becomes the
         next ``part-NNNNN.parquet`` in it (so repeated writes append to one dataset).
+    new : bool
+        Write only what a ``Captured`` output gained since the previous ``new=True``
+        write or :meth:`~ddnumba.operators.output.Captured.new_updates` read (the two
+        share one position; the first takes everything captured so far), and write
+        nothing when that is empty. After every ``run()``, ``write_changes(out, dir,
+        new=True)`` streams the output's changes into one dataset, each change once,
+        at the cost of what is new.
     encoder : Encoder, optional
         Decodes codes back to the input types; default the dataflow's encoder for a
         ``Captured``, none for a table.
@@ -608,14 +625,16 @@ def write_changes(data, path, *, encoder=None, types=None, overwrite=False,
 
     Returns
     -------
-    str
-        The path of the file written.
+    str or None
+        The path of the file written; ``None`` when ``new=True`` found nothing new.
 
     Post: the file holds the rows sorted by time, with decoded columns, ``time`` or
     ``time_i`` and ``diff``; it appears atomically (a failed write leaves no file, not
     even a partial one, and an existing file is untouched).
     """
-    table, default_encoder = _as_table(data)
+    table, default_encoder = _as_table(data, new)
+    if new and table.num_rows == 0:
+        return None
     encoder = encoder if encoder is not None else default_encoder
     if encoder is not None or types:
         table = (encoder or Encoder()).decode_table(table, types)
@@ -631,6 +650,8 @@ def write_changes(data, path, *, encoder=None, types=None, overwrite=False,
         pq.write_table(table, tmp, row_group_size=row_group_size,
                        coerce_timestamps="us", allow_truncated_timestamps=False)
         os.replace(tmp, final)
+        if new:
+            data._node.take_new()
     except BaseException:
         try:
             os.remove(tmp)

@@ -11,6 +11,7 @@ import numpy as np
 
 from ddnumba.dataflow import Node, _fmt_frontier, _fmt_time
 from ddnumba.io.arrow import collection_table, updates_to_table
+from ddnumba.kernels import consolidate as _consolidate
 from ddnumba.kernels import lattice as _lattice
 from ddnumba.updates import Updates
 
@@ -46,7 +47,16 @@ class CaptureNode(SinkNode):
     """Keeps every update it receives, as a list of parts (one per run with output).
     A long stream of small runs would make that list hold one tiny array triple per
     run, several times the size of its rows: every ``FOLD_PARTS`` parts added since
-    the last fold are joined into one (concatenated, not sorted)."""
+    the last fold are joined into one (concatenated, not sorted).
+
+    Once consolidated, the first part is the consolidated whole (``_head``): reading
+    the capture again after a run consolidates only the parts added since and merges
+    them into it (:func:`ddnumba.kernels.consolidate.merge_consolidated`), a copy
+    rather than a sort of everything.
+
+    ``pending``: the parts not yet handed out by :meth:`take_new` (``None`` until the
+    first :meth:`peek_new`; then every added part also goes there), so that reading
+    what is new costs its size whatever :meth:`compact` did meanwhile."""
     kind = "capture"
     FOLD_PARTS = 256
 
@@ -55,6 +65,10 @@ class CaptureNode(SinkNode):
         self.parts: list[Updates] = []
         self._recent = 0            # parts added since the last fold
         self._consolidated = None
+        self._head = None           # parts[0] when it is consolidated
+        self.pending = None         # parts since the last take_new() (None: not asked)
+        self._pending_recent = 0
+        self._pending_whole = None  # pending[0] when it is all of pending, consolidated
         self.since = None           # the time of the last compact(), if any
         super().__init__(scope, [src], src.arity)
 
@@ -62,17 +76,29 @@ class CaptureNode(SinkNode):
         """Record the updates ``u`` (not empty)."""
         self.parts.append(u)
         self._consolidated = None
-        self._recent += 1
-        if self._recent >= self.FOLD_PARTS:
-            k = self._recent
-            self.parts[-k:] = [Updates.concat(self.parts[-k:], self.arity, self.dims)]
-            self._recent = 0
+        self._recent = self._fold(self.parts, self._recent + 1)
+        if self.pending is not None:
+            self.pending.append(u)
+            self._pending_recent = self._fold(self.pending, self._pending_recent + 1)
+
+    def _fold(self, parts, recent):
+        """Join the last ``recent`` parts into one when there are ``FOLD_PARTS`` of
+        them; returns the parts added since the last fold."""
+        if recent < self.FOLD_PARTS:
+            return recent
+        parts[-recent:] = [Updates.concat(parts[-recent:], self.arity, self.dims)]
+        return 0
 
     def clear(self):
         """Forget the parts (a worker hands them to the driver after each run)."""
         self.parts = []
         self._recent = 0
         self._consolidated = None
+        self._head = None
+        if self.pending is not None:
+            self.pending = []
+            self._pending_recent = 0
+            self._pending_whole = None
 
     def step(self):
         u = self.take()
@@ -86,18 +112,52 @@ class CaptureNode(SinkNode):
         u = self.consolidated()
         if len(u):
             u = Updates(u.data, _lattice.join(u.times, t), u.diffs).consolidated()
+        self._set_whole(u)
+        self.since = t.copy()
+
+    def _set_whole(self, u):
         self.parts = [u] if len(u) else []
         self._recent = 0
         self._consolidated = u
-        self.since = t.copy()
+        self._head = u if len(u) else None
 
     def consolidated(self) -> Updates:
         if self._consolidated is None:
-            u = Updates.concat(self.parts, self.arity, self.dims).consolidated()
-            self.parts = [u] if len(u) else []
-            self._recent = 0
-            self._consolidated = u
+            parts = self.parts
+            if self._head is not None and parts and parts[0] is self._head:
+                rest = Updates.concat(parts[1:], self.arity, self.dims).consolidated()
+                u = self._head
+                if len(rest):
+                    u = Updates(*_consolidate.merge_consolidated(
+                        (u.data, u.times, u.diffs), (rest.data, rest.times, rest.diffs)))
+            else:
+                u = Updates.concat(parts, self.arity, self.dims).consolidated()
+            self._set_whole(u)
         return self._consolidated
+
+    def peek_new(self) -> Updates:
+        """The updates added since the last :meth:`take_new` (all of them before the
+        first), consolidated among themselves, with the times they were produced at;
+        they stay pending until taken."""
+        if self.pending is not None and len(self.pending) == 1 and \
+                self.pending[0] is self._pending_whole:
+            return self._pending_whole
+        if self.pending is None:
+            u = self.consolidated()
+        else:
+            u = Updates.concat(self.pending, self.arity, self.dims).consolidated()
+        self.pending = [u] if len(u) else []
+        self._pending_recent = 0
+        self._pending_whole = u
+        return u
+
+    def take_new(self) -> Updates:
+        """:meth:`peek_new`, and the updates stop being pending."""
+        u = self.peek_new()
+        self.pending = []
+        self._pending_recent = 0
+        self._pending_whole = None
+        return u
 
 
 def _as_time(t, dims, label):
@@ -174,6 +234,38 @@ class Captured:
         """The consolidated updates as arrays (``data``, ``times``, ``diffs``)."""
         return self._node.consolidated()
 
+    def new_updates(self):
+        """The output updates captured since the previous ``new_updates()`` (or
+        :meth:`new_raw`) call, consolidated and sorted: columns, time(s), diff. The
+        first call returns everything captured so far.
+
+        The way to read a stream run by run: this costs the size of what is new, while
+        :meth:`updates` consolidates the whole capture. Updates keep the times they
+        were output at, whatever :meth:`compact` did to the capture since; they stay
+        in the capture too (compact it to bound its memory).
+
+        Examples
+        --------
+        >>> import ddnumba as dd
+        >>> df = dd.Dataflow()
+        >>> ai, a = df.new_input(["k"])
+        >>> out = a.count().capture()
+        >>> ai.insert([1, 1], time=0); ai.advance_to(1); df.run()
+        >>> out.new_updates().to_pylist()
+        [{'k': 1, 'count': 2, 'time': 0, 'diff': 1}]
+        >>> ai.remove([1], time=1); ai.advance_to(2); df.run()
+        >>> out.new_updates().to_pylist()
+        [{'k': 1, 'count': 1, 'time': 1, 'diff': 1}, {'k': 1, 'count': 2, 'time': 1, 'diff': -1}]
+        >>> out.new_updates().num_rows
+        0
+        """
+        return updates_to_table(self._node.take_new(), self._node.names)
+
+    def new_raw(self) -> Updates:
+        """:meth:`new_updates` as arrays (``data``, ``times``, ``diffs``); the two
+        share one position in the stream."""
+        return self._node.take_new()
+
     def at(self, time):
         """The accumulated collection at ``time``: columns and ``count``.
 
@@ -188,7 +280,6 @@ class Captured:
 
     def accumulate(self, time):
         """``(rows, counts)`` of the collection at ``time`` (no completeness check)."""
-        from ddnumba.kernels import consolidate as _consolidate
         u = self._node.consolidated()
         t = np.asarray(time, dtype=_I64).reshape(-1)
         keep = _lattice.less_equal(u.times, t) if len(u) else np.zeros(0, bool)
