@@ -239,11 +239,15 @@ def test_demo_small_matches_and_writes_outputs(tmp_path):
         assert word in proc.stdout
     png = out / "latency_cdf.png"
     assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "Parquet part files" in proc.stdout
     for name in ("reachability", "out_degree"):
         files = [f for f in os.listdir(out / "output" / name) if f.endswith(".parquet")]
-        assert files
-        tbl = pq.read_table(out / "output" / name / files[0])
+        # the load's output, then each run's changes as the next part file
+        assert len(files) >= 2, files
+        tbl = pq.read_table(out / "output" / name / sorted(files)[0])
         assert {"time", "diff"} <= set(tbl.column_names)
+        assert set(pq.read_table(out / "output" / name / sorted(files)[0])
+                   .column("time").to_pylist()) == {0}
     assert len([d for d in os.listdir(out / "input" / "edges")
                 if d.startswith("batch=")]) == 4
     summary = json.loads((out / "summary.json").read_text())
