@@ -241,7 +241,8 @@ class Captured:
 
         The way to read a stream run by run: this costs the size of what is new, while
         :meth:`updates` consolidates the whole capture. Updates keep the times they
-        were output at, whatever :meth:`compact` did to the capture since; they stay
+        were output at, whatever :meth:`compact` did to the capture since the previous
+        call (the first call reads the capture as it is, compacted or not); they stay
         in the capture too (compact it to bound its memory).
 
         Examples
