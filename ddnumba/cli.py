@@ -7,7 +7,10 @@
 ``ddnumba run QUERY --input DIR --output DIR``
     Reads change streams (Parquet; columns, ``time`` or ``time_0..``, ``diff``) from
     subdirectories of ``--input``, runs a query incrementally and writes each output's
-    changes to ``--output/NAME/part-00000.parquet``, decoded to the input types. QUERY
+    changes to ``--output/NAME/``, decoded to the input types: after every run (a round
+    of input batches) what the output gained becomes the next ``part-NNNNN.parquet``,
+    and the output forgets its history up to the last complete time (one time
+    coordinate), so memory follows the outputs' size, not the input's length. QUERY
     is a built-in or a Python file:
 
     ===================== =================== ========================================
@@ -230,9 +233,16 @@ def _check_same_kind(enc, checks, inputs):
                              f"{inputs[b_in][1]}")
 
 
+# ``ddnumba run`` compacts an output once it keeps this many more updates than twice
+# what its last compaction kept.
+COMPACT_MIN = 1 << 16
+
+
 def _run(args):
     import ddnumba as dd
     from ddnumba.io.encoding import encoder_for
+    import pyarrow.parquet as pq
+
     from ddnumba.io.parquet import feed_all, write_changes
     if args.time_dims < 1:
         raise UsageError(f"--time-dims must be >= 1, got {args.time_dims}")
@@ -268,16 +278,46 @@ def _run(args):
                                  f"(pass --overwrite to replace it)")
             shutil.rmtree(target)
         targets[name] = target
+    written = {name: [0, 0] for name in captures}       # updates, part files
+    base = {name: 0 for name in captures}               # updates kept by compaction
+
+    def write_new():
+        # Each run's output changes become the next part file of the output's
+        # dataset; the capture then forgets its history up to the last complete time,
+        # so that outputs stay as large as their collections however long the input.
+        # (Compared columns are checked first: nothing is written for a query whose
+        # inputs cannot be compared.)
+        _check_same_kind(enc, checks, inputs)
+        for name, cap in captures.items():
+            out_types = dict(types.get(name, {}))
+            for out_col, in_col in renamed.items():
+                if in_col in enc.types and out_col not in out_types:
+                    out_types[out_col] = enc.types[in_col]
+            path = write_changes(cap, targets[name], new=True, encoder=enc,
+                                 types=out_types)
+            if path is not None:
+                written[name][0] += pq.read_metadata(path).num_rows
+                written[name][1] += 1
+            if args.time_dims == 1:
+                # compact once the changes kept since the last compaction outweigh
+                # what it kept (a sort of the capture each time: amortised per update)
+                f = cap.frontier
+                kept = sum(len(u) for u in cap._node.parts)
+                if not len(f) or kept < 2 * base[name] + COMPACT_MIN:
+                    continue
+                last = int(f[0, 0]) - 1
+                since = cap.since
+                if last >= 0 and (since is None or last > int(since[0])):
+                    cap.compact(last)
+                    base[name] = len(cap)
+
     fed = feed_all([(h, p, cols) for h, p, cols in inputs.values()],
-                   progress=not args.no_progress, encoder=enc, order=args.order)
-    _check_same_kind(enc, checks, inputs)
-    for name, cap in captures.items():
-        out_types = dict(types.get(name, {}))
-        for out_col, in_col in renamed.items():
-            if in_col in enc.types and out_col not in out_types:
-                out_types[out_col] = enc.types[in_col]
-        path = write_changes(cap, targets[name], encoder=enc, types=out_types)
-        print(f"{name}: {len(cap):,} updates -> {path}")
+                   progress=not args.no_progress, encoder=enc, order=args.order,
+                   on_run=write_new)
+    write_new()
+    for name in captures:
+        n, k = written[name]
+        print(f"{name}: {n:,} updates in {k} part file(s) -> {targets[name]}")
     print(f"read {fed:,} input updates from {len(inputs)} input(s)")
     df.close()
     return 0

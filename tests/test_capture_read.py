@@ -316,3 +316,32 @@ def test_new_updates_docstring_example_runs():
     for t in tests:
         runner.run(t)
     assert runner.failures == 0 and runner.tries >= 8
+
+
+def test_feed_all_on_run_streams_the_outputs(tmp_path):
+    import pyarrow as pa
+
+    from ddnumba.io.parquet import feed_all
+    src = tmp_path / "in"
+    src.mkdir()
+    for t in range(8):
+        pq.write_table(pa.table({"v": [t % 5, (t + 2) % 5], "time": [t, t],
+                                 "diff": [1, 1 if t % 3 else -1]}),
+                       src / f"part-{t}.parquet")
+    df = dd.Dataflow()
+    inp, cap = _build(df)
+    calls = []
+
+    def on_run():
+        calls.append(write_changes(cap, tmp_path / "out", new=True))
+
+    fed = feed_all([(inp, src)], on_run=on_run)
+    assert fed == 16 and len(calls) >= 8
+    written = [p for p in calls if p is not None]
+    assert len(written) == len(os.listdir(tmp_path / "out")) >= 2
+    got = Counter()
+    for r in pq.read_table(tmp_path / "out").to_pylist():
+        got[(r["k"], r["count"], r["time"])] += r["diff"]
+    assert {r: n for r, n in got.items() if n} == _as_updates(cap.raw())
+    with pytest.raises(ValueError, match="on_run needs run=True"):
+        feed_all([(inp, src)], run=False, on_run=on_run)

@@ -124,6 +124,62 @@ def test_run_count_with_key_and_join(tmp_path, capsys):
                                                    ("p", -1.0, True): 1}
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_run_streams_each_runs_changes_and_compacts(tmp_path, capsys, monkeypatch,
+                                                    workers):
+    # Many input files (a run each): every run's output changes become a part file,
+    # the captures compact as they go (COMPACT_MIN 0), and the dataset still holds
+    # every change once: accumulated at every time it is the count of the input there.
+    import ddnumba.cli as cli
+    from ddnumba.operators.output import Captured
+    monkeypatch.setattr(cli, "COMPACT_MIN", 0)
+    compactions = []
+    real = Captured.compact
+    monkeypatch.setattr(Captured, "compact",
+                        lambda self, t: (compactions.append(int(t)), real(self, t))[1])
+    rng = np.random.default_rng(11)
+    inp = tmp_path / "in"
+    live = []
+    events = []                     # (word, time, diff)
+    T = 40
+    for t in range(T):
+        words, diffs = [], []
+        for _ in range(int(rng.integers(1, 4))):
+            if live and rng.random() < 0.4:
+                w = live.pop(int(rng.integers(0, len(live))))
+                words.append(w)
+                diffs.append(-1)
+            else:
+                w = f"w{int(rng.integers(0, 6))}"
+                live.append(w)
+                words.append(w)
+                diffs.append(1)
+        events += [(w, t, d) for w, d in zip(words, diffs)]
+        write(str(inp / "input" / f"part-{t:03d}.parquet"), word=words,
+              time=[t] * len(words), diff=diffs)
+    argv = ["run", "count", "--input", inp, "--output", tmp_path / "out", "--no-progress"]
+    if workers > 1:
+        argv += ["--workers", workers]
+    code, out, err = run_cli(argv, capsys)
+    assert code == 0, err
+    parts = sorted(os.listdir(tmp_path / "out" / "count"))
+    assert len(parts) > T // 2, parts
+    assert f"in {len(parts)} part file(s)" in out
+    assert len(compactions) > 3 and compactions == sorted(compactions)
+    tbl = pq.read_table(tmp_path / "out" / "count")
+    assert f"count: {tbl.num_rows:,} updates" in out
+    for t in range(T):
+        acc = Counter()
+        for w, s, d in events:
+            if s <= t:
+                acc[w] += d
+        assert accumulate(tbl, ["word", "count"], t) == {
+            (w, c): 1 for w, c in acc.items() if c}, t
+    # each change once: no update at a time repeats another's (word, count, time)
+    keys = Counter((r["word"], r["count"], r["time"]) for r in tbl.to_pylist())
+    assert max(keys.values()) == 1
+
+
 def test_run_user_query_file(tmp_path, capsys):
     q = tmp_path / "q.py"
     q.write_text(

@@ -732,7 +732,7 @@ def _advance(handle, frontier):
 
 
 def feed_all(sources, *, encoder=None, run=True, close=True, order="check",
-             batch_rows=DEFAULT_BATCH_ROWS, progress=False) -> int:
+             batch_rows=DEFAULT_BATCH_ROWS, progress=False, on_run=None) -> int:
     """Stream several change directories into their inputs, side by side.
 
     Parameters
@@ -750,12 +750,18 @@ def feed_all(sources, *, encoder=None, run=True, close=True, order="check",
         to one past its last time (several coordinates: to the last frontier).
     progress : bool
         Show a progress bar over rows.
+    on_run : callable, optional
+        Called with no arguments after each of those runs (``run=True``), e.g. to
+        write what the outputs gained (``write_changes(out, dir, new=True)``) and
+        compact them, so that outputs stay bounded too.
 
     Returns
     -------
     int
         Rows fed.
     """
+    if on_run is not None and not run:
+        raise ValueError("feed_all: on_run needs run=True (it is called after each run)")
     readers = []
     df = None
     for src in sources:
@@ -800,6 +806,8 @@ def feed_all(sources, *, encoder=None, run=True, close=True, order="check",
             active = still
             if run and df is not None:
                 df.run()
+                if on_run is not None:
+                    on_run()
     return fed
 
 
