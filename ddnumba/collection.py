@@ -217,7 +217,23 @@ class Collection:
 
     def _arranged(self, key, op):
         kw = _key_width(key, self.names, op)
-        return Arranged(self, ArrangeNode(self.scope, self._node, kw, self.names), kw)
+        return Arranged(self, self._shared_arrangement(kw), kw)
+
+    def _shared_arrangement(self, kw):
+        """This collection arranged by its first ``kw`` columns. At the root scope
+        there is one such arrangement per collection and key width, which every join
+        and every ``count`` / ``sum`` of it reads (one index built and kept, not one
+        per use). Inside loops each use arranges anew: there the native engine fuses
+        an arrangement with its only reader (a reduce keeps its input and output in
+        one row, a join owning both traces inserts its deltas itself)."""
+        if self.scope is not self.dataflow.root:
+            return ArrangeNode(self.scope, self._node, kw, self.names)
+        shared = self._node.__dict__.setdefault("_shared_arrangements", {})
+        k = (kw, tuple(self.names))
+        arr = shared.get(k)
+        if arr is None:
+            arr = shared[k] = ArrangeNode(self.scope, self._node, kw, self.names)
+        return arr
 
     def join(self, other, *, key=1):
         """Rows ``(key..., left values..., right values...)`` for every matching pair.
@@ -281,7 +297,12 @@ class Collection:
 
     # -- reduce family ----------------------------------------------------------------
     def _reduce(self, kw, logic, ow, names, op, fast=None, spec=None):
-        arr = ArrangeNode(self.scope, self._node, kw, self.names)
+        if spec is not None and spec[0] in ("count", "sum"):
+            # (at the root these aggregate incrementally from the arrangement, which
+            # they can share; other reduces keep input and output in one trace)
+            arr = self._shared_arrangement(kw)
+        else:
+            arr = ArrangeNode(self.scope, self._node, kw, self.names)
         node = ReduceNode(self.scope, arr, logic, ow, names, name=op, fast=fast, spec=spec)
         return self._new(node, names)
 
