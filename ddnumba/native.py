@@ -41,6 +41,53 @@ _INF = np.iinfo(np.int64).max
 
 ENGINES = ("auto", "native", "python")
 
+# The first run() in a process with nothing compiled yet either loads the runtime from
+# Numba's cache (seconds) or compiles it (minutes: the first use on a machine, or after
+# an upgrade). Past this many seconds a line on stderr says which, so that a first run
+# does not look hung.
+COMPILE_NOTICE_S = 10.0
+COMPILE_NOTICE = ("ddnumba: compiling the native runtime for this machine (first use or "
+                  "after an upgrade: a few minutes, once; cached afterwards)...")
+
+
+class _SlowNotice:
+    """Prints ``message`` on stderr if the ``with`` block is still running after
+    ``delay`` seconds (from a timer thread: Numba's compiler lets it run), and when the
+    block ends after that, how long it took."""
+
+    def __init__(self, delay, message):
+        import threading
+        self.message = message
+        self.said = threading.Event()
+        self.timer = threading.Timer(delay, self._say)
+        self.timer.daemon = True
+
+    def _say(self):
+        import sys
+        self.said.set()
+        print(self.message, file=sys.stderr, flush=True)
+
+    def __enter__(self):
+        import time
+        self.t0 = time.perf_counter()
+        self.timer.start()
+        return self
+
+    def __exit__(self, *exc):
+        import sys
+        import time
+        self.timer.cancel()
+        if self.said.is_set():
+            print(f"ddnumba: ... done in {time.perf_counter() - self.t0:.0f} s",
+                  file=sys.stderr, flush=True)
+        return False
+
+
+def _cold(dispatcher):
+    """True when ``dispatcher`` has no compiled signature in this process yet (its
+    next call compiles it or loads it from the cache)."""
+    return not getattr(dispatcher, "signatures", ())
+
 
 class Unsupported(Exception):
     """The graph uses something the native engine does not run (the message says what)."""
@@ -609,7 +656,11 @@ class NativeEngine:
         try:
             for fr in passes:
                 self.passes += 1
-                status = self._run_fn(self.prog, self.st, fr)
+                if self._run_fn is _rt.run and _cold(_rt.run):
+                    with _SlowNotice(COMPILE_NOTICE_S, COMPILE_NOTICE):
+                        status = self._run_fn(self.prog, self.st, fr)
+                else:
+                    status = self._run_fn(self.prog, self.st, fr)
                 if self._run_fn is _rt.run:
                     self._run_fn = _entry(_rt.run)
                 if status != _rt.OK:
