@@ -2,40 +2,16 @@
 collection at ``t`` and every change after it, and still answers ``at(u)`` exactly for
 every ``u >= t`` (brute-force oracle over random streams, 1-D and 2-D times)."""
 import itertools
-from collections import Counter
 
 import numpy as np
 import pytest
 
 import ddnumba as dd
-
-
-def _stream(rng, times, n_ops):
-    """Random updates (value, time, diff) of values 0..5 with retractions."""
-    ups = []
-    for _ in range(n_ops):
-        t = times[int(rng.integers(0, len(times)))]
-        v = int(rng.integers(0, 6))
-        ups.append((v, t, int(rng.choice([-1, 1, 1, 2]))))
-    return ups
-
-
-def _leq(s, t):
-    return all(a <= b for a, b in zip(s, t))
-
-
-def _count_at(ups, t):
-    """The oracle: ``count`` keyed by ``v % 3`` of the input accumulated at ``t`` (a
-    key with some value of non-zero count has a row, even when the counts sum to 0)."""
-    acc = Counter()
-    for v, s, d in ups:
-        if _leq(s, t):
-            acc[v] += d
-    out = {}
-    for v, c in acc.items():
-        if c:
-            out[v % 3] = out.get(v % 3, 0) + c
-    return out
+from capture_streams import build as _build
+from capture_streams import count_at as _count_at
+from capture_streams import feed as _feed
+from capture_streams import leq as _leq
+from capture_streams import stream as _stream
 
 
 def _got(cap, t):
@@ -43,22 +19,6 @@ def _got(cap, t):
     keys, counts = tab.column("k").to_pylist(), tab.column("count").to_pylist()
     assert set(tab.column(tab.num_columns - 1).to_pylist()) <= {1}
     return dict(zip(keys, counts))
-
-
-def _build(df):
-    inp, c = df.new_input(["v"])
-    cap = c.map(lambda v: (v % 3, v), names=["k", "v"]).count().capture()
-    return inp, cap
-
-
-def _feed(inp, ups, first):
-    """Insert the updates whose first time coordinate is ``first``."""
-    sel = [(v, t, d) for v, t, d in ups if t[0] == first]
-    if sel:
-        inp.update(np.array([v for v, _, _ in sel], np.int64),
-                   time=np.array([t for _, t, _ in sel], np.int64).reshape(len(sel), -1)
-                   if len(sel[0][1]) > 1 else np.array([t[0] for _, t, _ in sel], np.int64),
-                   diff=np.array([d for _, _, d in sel], np.int64))
 
 
 @pytest.mark.parametrize("engine,workers", [("python", 1), ("native", 1), ("python", 2)])

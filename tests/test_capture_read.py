@@ -18,6 +18,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import reference as ref
+from capture_streams import build as _build
+from capture_streams import count_at as _count_at
+from capture_streams import feed as _feed
+from capture_streams import stream
 from reference import is_consolidated
 
 import ddnumba as dd
@@ -95,32 +99,6 @@ def test_merge_consolidated_overflow_and_shapes():
 
 # --------------------------------------------------------------- reading a stream
 
-def _stream(rng, times, n_ops):
-    """Random updates (value, time, diff) of values 0..7 with retractions."""
-    ups = []
-    for _ in range(n_ops):
-        t = times[int(rng.integers(0, len(times)))]
-        ups.append((int(rng.integers(0, 8)), t, int(rng.choice([-1, 1, 1, 2]))))
-    return ups
-
-
-def _leq(s, t):
-    return all(a <= b for a, b in zip(s, t))
-
-
-def _count_at(ups, t):
-    """The oracle: ``count`` keyed by ``v % 3`` of the input accumulated at ``t``."""
-    acc = Counter()
-    for v, s, d in ups:
-        if _leq(s, t):
-            acc[v] += d
-    out = {}
-    for v, c in acc.items():
-        if c:
-            out[v % 3] = out.get(v % 3, 0) + c
-    return out
-
-
 def _rows(d):
     """A collection {k: count} as a multiset of output rows (k, count)."""
     return Counter({(k, c): 1 for k, c in d.items()})
@@ -140,22 +118,6 @@ def _as_updates(u):
             for d, t, f in zip(u.data.tolist(), u.times.tolist(), u.diffs.tolist())}
 
 
-def _build(df):
-    inp, c = df.new_input(["v"])
-    cap = c.map(lambda v: (v % 3, v), names=["k", "v"]).count().capture()
-    return inp, cap
-
-
-def _feed(inp, ups, first):
-    sel = [(v, t, d) for v, t, d in ups if t[0] == first]
-    if sel:
-        two = len(sel[0][1]) > 1
-        inp.update(np.array([v for v, _, _ in sel], np.int64),
-                   time=(np.array([t for _, t, _ in sel], np.int64) if two
-                         else np.array([t[0] for _, t, _ in sel], np.int64)),
-                   diff=np.array([d for _, _, d in sel], np.int64))
-
-
 @pytest.mark.parametrize("engine,workers", [("native", 1), ("python", 1), ("python", 2)])
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_new_updates_are_each_runs_changes(monkeypatch, engine, workers, seed):
@@ -163,7 +125,7 @@ def test_new_updates_are_each_runs_changes(monkeypatch, engine, workers, seed):
     monkeypatch.setattr(CaptureNode, "FOLD_PARTS", 4)
     rng = np.random.default_rng(seed)
     T = 60
-    ups = _stream(rng, [(t,) for t in range(T)], 200)
+    ups = stream(rng, [(t,) for t in range(T)], 200, values=8)
     df = dd.Dataflow(engine=engine, workers=workers)
     try:
         inp, cap = _build(df)
@@ -235,7 +197,7 @@ def test_new_updates_2d_times(seed):
     rng = np.random.default_rng(seed)
     side = 4
     grid = list(itertools.product(range(side), repeat=2))
-    ups = _stream(rng, grid, 50)
+    ups = stream(rng, grid, 50, values=8)
     df = dd.Dataflow(engine="python", time_dims=2)
     inp, cap = _build(df)
     got = Counter()
@@ -264,7 +226,7 @@ def test_new_updates_2d_times(seed):
 def test_write_changes_new_streams_each_change_once(tmp_path):
     rng = np.random.default_rng(9)
     T = 25
-    ups = _stream(rng, [(t,) for t in range(T)], 60)
+    ups = stream(rng, [(t,) for t in range(T)], 60, values=8)
     df = dd.Dataflow(engine="native")
     inp, cap = _build(df)
     out = tmp_path / "counts"
