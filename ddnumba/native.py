@@ -41,10 +41,10 @@ _INF = np.iinfo(np.int64).max
 
 ENGINES = ("auto", "native", "python")
 
-# The first run() in a process with nothing compiled yet either loads the runtime from
+# The first run() in a process with nothing compiled yet first loads the runtime from
 # Numba's cache (seconds) or compiles it (minutes: the first use on a machine, or after
-# an upgrade). Past this many seconds a line on stderr says which, so that a first run
-# does not look hung.
+# an upgrade). When that takes more than this many seconds a line on stderr says so,
+# so that a first run does not look hung.
 COMPILE_NOTICE_S = 10.0
 COMPILE_NOTICE = ("ddnumba: compiling the native runtime for this machine (first use or "
                   "after an upgrade: a few minutes, once; cached afterwards)...")
@@ -657,10 +657,14 @@ class NativeEngine:
             for fr in passes:
                 self.passes += 1
                 if self._run_fn is _rt.run and _cold(_rt.run):
+                    # compile (or load) apart from running, so that only that is
+                    # announced, not a long first run
+                    from numba import typeof
+                    sig = tuple(typeof(a) for a in (self.prog, self.st, fr))
                     with _SlowNotice(COMPILE_NOTICE_S, COMPILE_NOTICE):
-                        status = self._run_fn(self.prog, self.st, fr)
-                else:
-                    status = self._run_fn(self.prog, self.st, fr)
+                        _rt.run.compile(sig)
+                    self._run_fn = _entry(_rt.run)
+                status = self._run_fn(self.prog, self.st, fr)
                 if self._run_fn is _rt.run:
                     self._run_fn = _entry(_rt.run)
                 if status != _rt.OK:
