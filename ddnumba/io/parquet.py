@@ -831,5 +831,10 @@ def feed(input_handle, path, columns=None, **kwargs) -> int:
         degree = edges.count().capture()
         feed(edges_in, "edges/")           # columns src, dst, time, diff
         write_changes(degree, "degree/")   # spark.read.parquet("degree/")
+
+    Or streamed: each run's changes written as it completes (one part file each)::
+
+        feed(edges_in, "edges/",
+             on_run=lambda: write_changes(degree, "degree/", new=True))
     """
     return feed_all([(input_handle, path, columns)], **kwargs)
