@@ -87,3 +87,16 @@ def test_no_sharing_inside_loops():
     a.iterate(body)
     inner = [n for n in _arrangements(seen["scope"]) if n.inputs[0] is seen["var"]]
     assert len(inner) == 2                      # the self-join's two sides
+
+
+def test_operators_added_after_a_run_arrange_anew():
+    df = dd.Dataflow(engine="python")
+    ai, a = df.new_input(["k", "x"])
+    a.count()
+    ai.insert([1], [2], time=0)
+    ai.advance_to(1)
+    df.run()
+    before = [n for n in _arrangements(df.root) if n.inputs[0] is a._node]
+    a.count()
+    after = [n for n in _arrangements(df.root) if n.inputs[0] is a._node]
+    assert len(before) == 1 and len(after) == 2
