@@ -233,11 +233,6 @@ def _check_same_kind(enc, checks, inputs):
                              f"{inputs[b_in][1]}")
 
 
-# ``ddnumba run`` compacts an output once it keeps this many more updates than twice
-# what its last compaction kept.
-COMPACT_MIN = 1 << 16
-
-
 def _run(args):
     import ddnumba as dd
     from ddnumba.io.encoding import encoder_for
@@ -268,7 +263,9 @@ def _run(args):
         if not hasattr(coll, "capture"):
             raise UsageError(f"output {name!r} is not a collection "
                              f"({type(coll).__name__})")
-        captures[name] = coll.capture()
+        # self-compacting: an output stays about as large as its collection however
+        # long the input (its changes are streamed out run by run below)
+        captures[name] = coll.capture(auto_compact=True)
     targets = {}
     for name in captures:
         target = os.path.join(args.output, name)
@@ -279,14 +276,11 @@ def _run(args):
             shutil.rmtree(target)
         targets[name] = target
     written = {name: [0, 0] for name in captures}       # updates, part files
-    base = {name: 0 for name in captures}               # updates kept by compaction
 
     def write_new():
         # Each run's output changes become the next part file of the output's
-        # dataset; the capture then forgets its history up to the last complete time,
-        # so that outputs stay as large as their collections however long the input.
-        # (Compared columns are checked first: nothing is written for a query whose
-        # inputs cannot be compared.)
+        # dataset. (Compared columns are checked first: nothing is written for a
+        # query whose inputs cannot be compared.)
         _check_same_kind(enc, checks, inputs)
         for name, cap in captures.items():
             out_types = dict(types.get(name, {}))
@@ -298,18 +292,6 @@ def _run(args):
             if path is not None:
                 written[name][0] += pq.read_metadata(path).num_rows
                 written[name][1] += 1
-            if args.time_dims == 1:
-                # compact once the changes kept since the last compaction outweigh
-                # what it kept (a sort of the capture each time: amortised per update)
-                f = cap.frontier
-                kept = sum(len(u) for u in cap._node.parts)
-                if not len(f) or kept < 2 * base[name] + COMPACT_MIN:
-                    continue
-                last = int(f[0, 0]) - 1
-                since = cap.since
-                if last >= 0 and (since is None or last > int(since[0])):
-                    cap.compact(last)
-                    base[name] = len(cap)
 
     fed = feed_all([(h, p, cols) for h, p, cols in inputs.values()],
                    progress=not args.no_progress, encoder=enc, order=args.order,

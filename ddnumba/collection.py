@@ -472,11 +472,27 @@ class Collection:
         return Collection(LeaveNode(parent, self._node), self.names)
 
     # -- outputs ------------------------------------------------------------------------
-    def capture(self) -> Captured:
-        """Record every output update; read with ``updates()`` and ``at(t)``."""
+    def capture(self, *, auto_compact=False) -> Captured:
+        """Record every output update; read with ``updates()`` and ``at(t)``.
+
+        ``auto_compact=True``: the capture bounds its own memory over an endless
+        stream. After a run, once the updates it gained since its last compaction
+        reach twice what that compaction kept (plus ``CaptureNode.COMPACT_MIN``,
+        65,536), it compacts (:meth:`Captured.compact`): with one time coordinate to
+        the last complete time; with several, to the output frontier stepped back by
+        one in each coordinate (with the frontier at ``(a + 1, 0)``: to ``(a, 0)``,
+        so every time of epoch ``a`` stays readable). After every run that moves its frontier it then holds
+        less than three times the collection it was last compacted to, plus
+        ``COMPACT_MIN`` updates, and each compaction's sort is paid for by the updates
+        it covers. :meth:`Captured.at` answers for
+        the times in the future of ``since``; :meth:`Captured.new_updates` still
+        returns every change once, at the time it was output (the way to stream
+        results out).
+        """
         if self.scope.parent is not None:
             raise ValueError("capture: leave() the loop scope before capturing")
-        return Captured(CaptureNode(self.scope, self._node, self.names))
+        return Captured(CaptureNode(self.scope, self._node, self.names,
+                                    auto_compact=auto_compact))
 
     def probe(self) -> Probe:
         """A probe that tells which times of this collection are complete."""

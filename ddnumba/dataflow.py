@@ -506,6 +506,7 @@ class Dataflow:
         self.cluster = None        # set at the first run() when workers > 1
         self._failed = None
         self._captures = None      # capture nodes, listed once the graph is fixed
+        self._auto_captures = []   # self-compacting capture nodes (checked after runs)
         self.root = Scope(self, None, self.time_dims)
         self.inputs: list[InputHandle] = []
         self.runs = 0
@@ -558,6 +559,8 @@ class Dataflow:
         else:
             self._run_workers()
         self.runs += 1
+        for node in self._auto_captures:
+            node.after_run()
 
     # -- workers ---------------------------------------------------------------------
     def agree_min(self, value):

@@ -128,15 +128,16 @@ def test_run_count_with_key_and_join(tmp_path, capsys):
 def test_run_streams_each_runs_changes_and_compacts(tmp_path, capsys, monkeypatch,
                                                     workers):
     # Many input files (a run each): every run's output changes become a part file,
-    # the captures compact as they go (COMPACT_MIN 0), and the dataset still holds
-    # every change once: accumulated at every time it is the count of the input there.
-    import ddnumba.cli as cli
-    from ddnumba.operators.output import Captured
-    monkeypatch.setattr(cli, "COMPACT_MIN", 0)
+    # the captures compact themselves as they go (COMPACT_MIN 0), and the dataset
+    # still holds every change once: accumulated at every time it is the count of the
+    # input there.
+    from ddnumba.operators.output import CaptureNode
+    monkeypatch.setattr(CaptureNode, "COMPACT_MIN", 0)
     compactions = []
-    real = Captured.compact
-    monkeypatch.setattr(Captured, "compact",
-                        lambda self, t: (compactions.append(int(t)), real(self, t))[1])
+    real = CaptureNode.compact
+    monkeypatch.setattr(CaptureNode, "compact",
+                        lambda self, f: (compactions.append(int(f[0, 0])),
+                                         real(self, f))[1])
     rng = np.random.default_rng(11)
     inp = tmp_path / "in"
     live = []
@@ -178,6 +179,49 @@ def test_run_streams_each_runs_changes_and_compacts(tmp_path, capsys, monkeypatc
     # each change once: no update at a time repeats another's (word, count, time)
     keys = Counter((r["word"], r["count"], r["time"]) for r in tbl.to_pylist())
     assert max(keys.values()) == 1
+
+
+def test_run_two_time_coordinates_streams_and_compacts(tmp_path, capsys, monkeypatch):
+    # (epoch, round) times, a file per epoch: the captures compact themselves to the
+    # frontier stepped back, (e, 0) after epoch e, and the written changes accumulate
+    # to the input's count at every (epoch, round).
+    from ddnumba.operators.output import CaptureNode
+    monkeypatch.setattr(CaptureNode, "COMPACT_MIN", 0)
+    compactions = []
+    real = CaptureNode.compact
+    monkeypatch.setattr(CaptureNode, "compact",
+                        lambda self, f: (compactions.append(f.tolist()), real(self, f))[1])
+    rng = np.random.default_rng(12)
+    inp = tmp_path / "in"
+    events = []                     # (word, t0, t1, diff)
+    E = 12
+    for e in range(E):
+        n = int(rng.integers(2, 6))
+        words = [f"w{int(rng.integers(0, 5))}" for _ in range(n)]
+        rounds = [0] + [int(rng.integers(0, 4)) for _ in range(n - 1)]
+        diffs = [1] + [int(rng.choice([-1, 1, 1])) for _ in range(n - 1)]
+        events += list(zip(words, [e] * n, rounds, diffs))
+        write(str(inp / "input" / f"part-{e:03d}.parquet"), word=words, time_0=[e] * n,
+              time_1=rounds, diff=diffs)
+    code, out, err = run_cli(["run", "count", "--input", inp, "--output", tmp_path / "out",
+                              "--time-dims", "2", "--no-progress"], capsys)
+    assert code == 0, err
+    assert len(compactions) > 3
+    assert all(f[0][1] == 0 for f in compactions)
+    assert [f[0][0] for f in compactions] == sorted({f[0][0] for f in compactions})
+    rows = pq.read_table(tmp_path / "out" / "count").to_pylist()
+    for x in range(E):
+        for y in range(5):
+            want = Counter()
+            for w, a, b, d in events:
+                if a <= x and b <= y:
+                    want[w] += d
+            got = Counter()
+            for r in rows:
+                if r["time_0"] <= x and r["time_1"] <= y:
+                    got[(r["word"], r["count"])] += r["diff"]
+            assert {k: v for k, v in got.items() if v} == {
+                (w, c): 1 for w, c in want.items() if c}, (x, y)
 
 
 def test_run_user_query_file(tmp_path, capsys):

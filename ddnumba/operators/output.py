@@ -59,8 +59,14 @@ class CaptureNode(SinkNode):
     what is new costs its size whatever :meth:`compact` did meanwhile."""
     kind = "capture"
     FOLD_PARTS = 256
+    # A self-compacting capture (``auto_compact``) compacts after a run once the
+    # updates added since its last compaction reach twice what that compaction kept
+    # plus COMPACT_MIN: each compaction (a sort of what is kept) is then paid for by
+    # the updates it covers, and the capture never holds much more than three times its
+    # collection (plus COMPACT_MIN and one run's output).
+    COMPACT_MIN = 1 << 16
 
-    def __init__(self, scope, src, names):
+    def __init__(self, scope, src, names, *, auto_compact=False):
         self.names = names
         self.parts: list[Updates] = []
         self._recent = 0            # parts added since the last fold
@@ -69,11 +75,18 @@ class CaptureNode(SinkNode):
         self.pending = None         # parts since the last take_new() (None: not asked)
         self._pending_recent = 0
         self._pending_whole = None  # pending[0] when it is all of pending, consolidated
-        self.since = None           # the time of the last compact(), if any
+        self.since = None           # the frontier [k, d] of the compactions, if any
+        self.auto_compact = bool(auto_compact)
+        self.compactions = 0
+        self._kept_base = 0         # updates the last compaction kept
+        self._kept_new = 0          # updates added since
         super().__init__(scope, [src], src.arity)
+        if self.auto_compact:
+            self.df._auto_captures.append(self)
 
     def add(self, u: Updates):
         """Record the updates ``u`` (not empty)."""
+        self._kept_new += len(u)
         self.parts.append(u)
         self._consolidated = None
         self._recent = self._fold(self.parts, self._recent + 1)
@@ -105,15 +118,53 @@ class CaptureNode(SinkNode):
         if len(u):
             self.add(u)
 
-    def compact(self, t):
-        """Advance every kept update's time to its join with ``t`` (a complete time,
-        not before ``since``) and consolidate: the collection at any time ``>= t``
-        stays the same, and updates that cancel there are dropped."""
+    def compact(self, frontier):
+        """Advance every kept update's time by ``frontier`` (an antichain ``[k, d]``:
+        to the meet over its elements of the join with each) and consolidate: the
+        collection at every time in the future of ``frontier`` stays the same, and
+        updates that cancel there are dropped. ``since`` becomes the frontier whose
+        future is that of both the old ``since`` and ``frontier`` (the antichain of
+        their pairwise joins): the times every compaction so far still answers for.
+        """
+        f = np.ascontiguousarray(frontier, dtype=_I64).reshape(-1, self.dims)
+        if self.since is not None:
+            s = self.since
+            joins = np.maximum(s[:, None, :], f[None, :, :]).reshape(-1, self.dims)
+            f = _lattice.antichain(np.ascontiguousarray(joins))
         u = self.consolidated()
         if len(u):
-            u = Updates(u.data, _lattice.join(u.times, t), u.diffs).consolidated()
+            u = Updates(u.data, _lattice.advance(u.times, f), u.diffs).consolidated()
         self._set_whole(u)
-        self.since = t.copy()
+        self.since = f
+        self.compactions += 1
+        self._kept_base = len(u)
+        self._kept_new = 0
+
+    def after_run(self):
+        """The self-compacting capture's rule, checked after every run: once the
+        updates added since the last compaction reach ``2 * kept + COMPACT_MIN``,
+        compact to the output frontier stepped back by one in each coordinate (the
+        antichain of ``f - e_i`` over its elements ``f`` and coordinates ``i``, those
+        that are times): every later time is in its future, and so are the latest
+        complete times -- for one coordinate, it is the last complete time; for
+        ``(epoch, round)`` times with the frontier at ``(a + 1, 0)``, every time of
+        epoch ``a``. Nothing happens once the output is final (empty frontier), or
+        when ``since`` would not move."""
+        if self._kept_new < 2 * self._kept_base + self.COMPACT_MIN:
+            return False
+        f = self.frontier
+        d = self.dims
+        if not len(f):
+            return False
+        back = (f[:, None, :] - np.eye(d, dtype=_I64)[None, :, :]).reshape(-1, d)
+        back = back[(back >= 0).all(axis=1)]
+        if not len(back):
+            return False
+        target = _lattice.antichain(np.ascontiguousarray(back))
+        if self.since is not None and _lattice.frontier_less_equal(target, self.since):
+            return False            # already compacted that far
+        self.compact(target)
+        return True
 
     def _set_whole(self, u):
         self.parts = [u] if len(u) else []
@@ -190,31 +241,80 @@ class Captured:
 
     @property
     def since(self):
-        """The time of the last :meth:`compact` (``None`` if never compacted): the
-        collection is known at this time and the times after it only."""
+        """Where the capture is compacted to (``None`` if never): the collection is
+        known at the times in the future of this and no others. A time (``[d]``) when
+        that is one time, as after :meth:`compact` to a time; a frontier (``[k, d]``)
+        of several elements after compacting to frontiers of several times."""
         s = self._node.since
-        return None if s is None else s.copy()
+        if s is None:
+            return None
+        return s[0].copy() if len(s) == 1 else s.copy()
+
+    @property
+    def auto_compact(self) -> bool:
+        """Whether the capture compacts itself after runs (see
+        :meth:`Collection.capture`)."""
+        return self._node.auto_compact
 
     def compact(self, time):
         """Forget how the output changed up to ``time``, keeping the collection at
         ``time`` and every change after it: each kept update's time becomes its join
         with ``time`` (for 1-D times, the later of the two) and updates that then
         cancel are dropped. A capture over an endless stream stays as large as its
-        collection plus the changes since the last compaction.
+        collection plus the changes since the last compaction
+        (``capture(auto_compact=True)`` does this by itself).
 
         ``time`` must be complete (:meth:`done`) and not before an earlier compaction's
         time. Afterwards :meth:`at` answers for times ``>= time`` only, and
         :meth:`updates` returns the compacted updates (the collection at ``time``
         stamped ``time``, then the changes after it).
+
+        ``time`` may instead be a *frontier*, a 2-D array ``[k, d]`` of times (an
+        antichain; for several time coordinates, where no complete time is before
+        every later one): each time advances to the meet, over the frontier's
+        elements, of its join with each, and :meth:`at` then answers for the times
+        in the frontier's future. The frontier must not be empty, must not be ahead
+        of the output frontier (every output frontier element is at or after one of
+        its elements) and must not be before an earlier compaction.
         """
+        a = np.asarray(time)
+        if a.ndim == 2:
+            self._node.compact(self._compact_frontier(a))
+            return
         t = self._complete_time(time, "Captured.compact",
                                 "the capture is already compacted to {}; a compaction "
                                 "cannot go back before it")
-        self._node.compact(t)
+        self._node.compact(t.reshape(1, -1))
+
+    def _compact_frontier(self, a):
+        """``a`` checked as a compaction frontier; returned as an antichain."""
+        d = self._node.dims
+        if a.shape[1] != d:
+            raise ValueError(f"Captured.compact: frontier of shape {a.shape} has "
+                             f"{a.shape[1]} coordinate(s) per time, expected {d}")
+        if a.shape[0] == 0:
+            raise ValueError("Captured.compact: the frontier is empty (no time would "
+                             "remain readable)")
+        if not np.issubdtype(a.dtype, np.integer):
+            raise TypeError(f"Captured.compact: frontier times must be integers, got "
+                            f"{a.dtype}")
+        f = _lattice.antichain(np.ascontiguousarray(a, dtype=_I64))
+        out = self._node.frontier
+        if not _lattice.frontier_less_equal(f, out):
+            raise ValueError(f"Captured.compact({_fmt_frontier(f)}): the frontier is "
+                             f"ahead of the output frontier {_fmt_frontier(out)}; a "
+                             f"capture compacts only to where its output has reached")
+        s = self._node.since
+        if s is not None and not _lattice.frontier_less_equal(s, f):
+            raise ValueError(f"Captured.compact({_fmt_frontier(f)}): the capture is "
+                             f"already compacted to {_fmt_frontier(s)}; a compaction "
+                             f"cannot go back before it")
+        return f
 
     def _complete_time(self, time, label, before_since):
-        """``time`` as an array, checked: complete, and not before the last compaction
-        (else ``ValueError`` with ``before_since`` naming that compaction's time)."""
+        """``time`` as an array, checked: complete, and in the future of the
+        compactions (else ``ValueError`` with ``before_since`` naming where the
+        capture is compacted to)."""
         t = _as_time(time, self._node.dims, label)
         if not self.done(t):
             raise ValueError(
@@ -222,8 +322,9 @@ class Captured:
                 f"{_fmt_frontier(self._node.frontier)} (advance the inputs past it and "
                 f"run())")
         s = self._node.since
-        if s is not None and not bool(_lattice.less_equal(s.reshape(1, -1), t)[0]):
-            raise ValueError(f"{label}({_fmt_time(t)}): " + before_since.format(_fmt_time(s)))
+        if s is not None and not bool(_lattice.in_future(t.reshape(1, -1), s)[0]):
+            where = _fmt_time(s[0]) if len(s) == 1 else _fmt_frontier(s)
+            raise ValueError(f"{label}({_fmt_time(t)}): " + before_since.format(where))
         return t
 
     def updates(self):
