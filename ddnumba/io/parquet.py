@@ -753,7 +753,8 @@ def feed_all(sources, *, encoder=None, run=True, close=True, order="check",
     on_run : callable, optional
         Called with no arguments after each of those runs (``run=True``), e.g. to
         write what the outputs gained (``write_changes(out, dir, new=True)``) and
-        compact them, so that outputs stay bounded too.
+        compact them (or capture them with ``auto_compact=True``), so that outputs
+        stay bounded too.
 
     Returns
     -------
