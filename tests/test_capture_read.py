@@ -267,19 +267,6 @@ def test_write_changes_new_loses_nothing_when_a_write_fails(tmp_path):
         write_changes(cap.updates(), tmp_path / "dir", new=True)
 
 
-def test_new_updates_docstring_example_runs():
-    import doctest
-
-    from ddnumba.operators.output import Captured
-    finder = doctest.DocTestFinder()
-    runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
-    tests = finder.find(Captured.new_updates, "Captured.new_updates", globs={})
-    assert tests and tests[0].examples
-    for t in tests:
-        runner.run(t)
-    assert runner.failures == 0 and runner.tries >= 8
-
-
 def test_feed_all_on_run_streams_the_outputs(tmp_path):
     import pyarrow as pa
 
