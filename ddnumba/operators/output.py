@@ -77,7 +77,6 @@ class CaptureNode(SinkNode):
         self._pending_whole = None  # pending[0] when it is all of pending, consolidated
         self.since = None           # the frontier [k, d] of the compactions, if any
         self.auto_compact = bool(auto_compact)
-        self.compactions = 0
         self._kept_base = 0         # updates the last compaction kept
         self._kept_new = 0          # updates added since
         super().__init__(scope, [src], src.arity)
@@ -136,7 +135,6 @@ class CaptureNode(SinkNode):
             u = Updates(u.data, _lattice.advance(u.times, f), u.diffs).consolidated()
         self._set_whole(u)
         self.since = f
-        self.compactions += 1
         self._kept_base = len(u)
         self._kept_new = 0
 
