@@ -35,10 +35,11 @@ def count_at(ups, t):
     return out
 
 
-def build(df):
-    """The program: input ``v``, output ``(k, count)`` with ``k = v % 3``, captured."""
+def build(df, **capture):
+    """The program: input ``v``, output ``(k, count)`` with ``k = v % 3``, captured
+    (``capture``: options of ``Collection.capture``)."""
     inp, c = df.new_input(["v"])
-    cap = c.map(lambda v: (v % 3, v), names=["k", "v"]).count().capture()
+    cap = c.map(lambda v: (v % 3, v), names=["k", "v"]).count().capture(**capture)
     return inp, cap
 
 

@@ -8,17 +8,12 @@ import numpy as np
 import pytest
 
 import ddnumba as dd
+from capture_streams import build as _build
 from capture_streams import count_at as _count_at
 from capture_streams import feed as _feed
 from capture_streams import leq as _leq
 from capture_streams import stream as _stream
 from ddnumba.operators.output import CaptureNode
-
-
-def _build(df, **kw):
-    inp, c = df.new_input(["v"])
-    cap = c.map(lambda v: (v % 3, v), names=["k", "v"]).count().capture(**kw)
-    return inp, cap
 
 
 def _got(cap, t):
