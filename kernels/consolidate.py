@@ -36,7 +36,7 @@ from .sort import (
 )
 
 __all__ = ["consolidate", "consolidate_sorted", "is_consolidated", "consolidate_data",
-           "merge_consolidated"]
+           "merge_consolidated", "accumulate_consolidated"]
 
 
 # ----------------------------------------------------------------------------------
@@ -191,6 +191,45 @@ def _merge_consolidated(ad, at, af, bd, bt, bf, od, ot, of):
         _put_upd(ad, at, i, af[i], od, ot, of, k)
         i += 1
         k += 1
+    return k, False
+
+
+@njit(cache=True, nogil=True)
+def _accumulate_at(data, times, diffs, t, first, sums):
+    """One pass over consolidated updates (sorted by data, then time): per data row,
+    the sum of the diffs at times ``<= t``. Writes the first index of every row whose
+    sum is non-zero to ``first[:k]`` and the sum to ``sums[:k]``; returns ``(k,
+    overflow)`` (``overflow``: some true sum is outside int64, counting wrap-arounds
+    as :func:`_sum_sorted_keys` does)."""
+    n = data.shape[0]
+    d = times.shape[1]
+    k = 0
+    r = 0
+    while r < n:
+        s = 0
+        carry = 0
+        e = r
+        while True:
+            le = True
+            for c in range(d):
+                if times[e, c] > t[c]:
+                    le = False
+                    break
+            if le:
+                x = diffs[e]
+                s, over = add_checked(s, x)
+                if over:
+                    carry += 1 if x > 0 else -1
+            e += 1
+            if e >= n or not row_eq(data, e, data, r):
+                break
+        if carry != 0:
+            return k, True
+        if s != 0:
+            first[k] = r
+            sums[k] = s
+            k += 1
+        r = e
     return k, False
 
 
@@ -407,3 +446,30 @@ def merge_consolidated(a, b):
         # a few rows cancelled: keep the buffers (prefix views stay C-contiguous)
         return od[:k], ot[:k], of[:k]
     return od[:k].copy(), ot[:k].copy(), of[:k].copy()
+
+
+def accumulate_consolidated(data, times, diffs, t):
+    """The collection at time ``t`` of consolidated updates: every data row with the
+    sum of its diffs at times ``<= t`` (product order), rows whose sum is zero left
+    out. One pass, no sort: the rows come out sorted as they went in.
+
+    Precondition (not checked: that would cost a pass): the updates are consolidated
+    (see :func:`is_consolidated`), so each data row's updates are adjacent.
+
+    Returns fresh int64 ``(rows [k, a], counts [k])``. Raises ``OverflowError`` when a
+    row's sum lies outside int64, ``ValueError`` on mismatched shapes.
+    """
+    data, times, diffs = _check(data, times, diffs, "accumulate_consolidated")
+    t = as_int64_vector(t, "t")
+    if t.shape[0] != times.shape[1]:
+        raise ValueError(f"accumulate_consolidated: the time has {t.shape[0]} "
+                         f"coordinate(s), the updates {times.shape[1]}")
+    n = data.shape[0]
+    first = np.empty(n, np.int64)
+    sums = np.empty(n, np.int64)
+    k, over = _accumulate_at(data, times, diffs, t, first, sums)
+    if over:
+        raise _overflow("accumulate_consolidated")
+    rows = np.empty((k, data.shape[1]), np.int64)
+    _gather_rows(data, first, k, rows)
+    return rows, sums[:k].copy()

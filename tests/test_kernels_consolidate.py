@@ -309,3 +309,67 @@ def test_inputs_are_normalised_or_rejected():
         S.argsort_rows(np.array([[2**63]], dtype=np.uint64))
     with pytest.raises(ValueError, match="cols"):
         S.argsort_rows(np.zeros((2, 2, 2), np.int64))
+
+
+def _accumulate_reference(data, times, diffs, t):
+    """The collection at ``t``: per data row, the sum of its diffs at times <= t."""
+    acc = {}
+    for r, s, x in zip(ref.rows_of(data) if data.shape[1] else [()] * len(diffs),
+                       ref.rows_of(times), diffs.tolist()):
+        if all(a <= b for a, b in zip(s, t)):
+            acc[r] = acc.get(r, 0) + x
+    return sorted((r, x) for r, x in acc.items() if x)
+
+
+@SETTINGS
+@given(updates(), st.data())
+def test_accumulate_consolidated_matches_reference(u, draw):
+    data, times, diffs = C.consolidate(*u)
+    d = times.shape[1]
+    pool = ref.rows_of(times) + [tuple([0] * d), tuple([I64_MAX] * d),
+                                 tuple([I64_MIN] * d)]
+    t = np.array(draw.draw(st.sampled_from(pool)), np.int64)
+    rows, counts = C.accumulate_consolidated(data, times, diffs, t)
+    assert rows.dtype == counts.dtype == np.int64 and rows.flags.c_contiguous
+    assert rows.shape == (len(counts), data.shape[1])
+    got = list(zip(ref.rows_of(rows) if data.shape[1] else [()] * len(counts),
+                   counts.tolist()))
+    assert got == _accumulate_reference(data, times, diffs, t)
+
+
+def test_accumulate_consolidated_larger_and_edges():
+    rng = np.random.default_rng(3)
+    n = 20_000
+    data = rng.integers(0, 500, (n, 2))
+    times = rng.integers(0, 50, (n, 2))
+    diffs = rng.choice(np.array([-2, -1, 1, 2]), n)
+    data, times, diffs = C.consolidate(data, times, diffs)
+    for t in ([0, 0], [10, 40], [49, 49], [25, 3]):
+        rows, counts = C.accumulate_consolidated(data, times, diffs, t)
+        want = {}
+        keep = (times <= np.array(t)).all(axis=1)
+        for r, x in zip(map(tuple, data[keep].tolist()), diffs[keep].tolist()):
+            want[r] = want.get(r, 0) + x
+        assert dict(zip(map(tuple, rows.tolist()), counts.tolist())) == {
+            r: x for r, x in want.items() if x}
+        assert len(rows) == len({r for r, x in want.items() if x})
+    empty = C.accumulate_consolidated(np.zeros((0, 3), np.int64),
+                                      np.zeros((0, 1), np.int64), [], [5])
+    assert [x.shape for x in empty] == [(0, 3), (0,)]
+    with pytest.raises(ValueError, match="coordinate"):
+        C.accumulate_consolidated([[1]], [[0, 0]], [1], [3])
+
+
+def test_accumulate_consolidated_overflow():
+    # one row at two times: its sum at a time after both overflows; at a time after
+    # the first only it does not; a partial sum that wraps and comes back is fine
+    data = np.array([[7], [7], [9]])
+    times = np.array([[0], [1], [0]])
+    with pytest.raises(OverflowError):
+        C.accumulate_consolidated(data, times, [I64_MAX, 1, 1], [1])
+    rows, counts = C.accumulate_consolidated(data, times, [I64_MAX, 1, 1], [0])
+    assert rows.tolist() == [[7], [9]] and counts.tolist() == [I64_MAX, 1]
+    data3 = np.array([[7], [7], [7]])
+    times3 = np.array([[0], [1], [2]])
+    rows, counts = C.accumulate_consolidated(data3, times3, [I64_MAX, 1, -1], [2])
+    assert counts.tolist() == [I64_MAX]

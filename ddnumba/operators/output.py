@@ -379,15 +379,11 @@ class Captured:
         return collection_table(data, counts, self._node.names)
 
     def accumulate(self, time):
-        """``(rows, counts)`` of the collection at ``time`` (no completeness check)."""
+        """``(rows, counts)`` of the collection at ``time`` (no completeness check):
+        one pass over the consolidated updates, which are sorted by row already."""
         u = self._node.consolidated()
         t = np.asarray(time, dtype=_I64).reshape(-1)
-        keep = _lattice.less_equal(u.times, t) if len(u) else np.zeros(0, bool)
-        data = np.ascontiguousarray(u.data[keep])
-        diffs = np.ascontiguousarray(u.diffs[keep])
-        if not len(diffs):
-            return data, diffs
-        return _consolidate.consolidate_data(data, diffs)
+        return _consolidate.accumulate_consolidated(u.data, u.times, u.diffs, t)
 
     def __len__(self):
         return len(self._node.consolidated())
