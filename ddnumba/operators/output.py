@@ -372,9 +372,11 @@ class Captured:
         Raises ``ValueError`` if ``time`` is not complete yet (advance the inputs past it
         and ``run()``).
         """
+        auto = " (it compacts itself: capture(auto_compact=True))" \
+            if self._node.auto_compact else ""
         t = self._complete_time(time, "Captured.at",
                                 "the capture was compacted to {}; only times at or "
-                                "after it can be read")
+                                "after it can be read" + auto)
         data, counts = self.accumulate(t)
         return collection_table(data, counts, self._node.names)
 
