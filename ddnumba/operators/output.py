@@ -13,6 +13,7 @@ from ddnumba.dataflow import Node, _fmt_frontier, _fmt_time
 from ddnumba.io.arrow import collection_table, updates_to_table
 from ddnumba.kernels import consolidate as _consolidate
 from ddnumba.kernels import lattice as _lattice
+from ddnumba.kernels import sort as _sort
 from ddnumba.updates import Updates
 
 _I64 = np.int64
@@ -132,7 +133,14 @@ class CaptureNode(SinkNode):
             f = _lattice.antichain(np.ascontiguousarray(joins))
         u = self.consolidated()
         if len(u):
-            u = Updates(u.data, _lattice.advance(u.times, f), u.diffs).consolidated()
+            adv = _lattice.advance(u.times, f)
+            # The rows stay sorted by data, and with one time coordinate by time within
+            # a row too (the times up to f become f, the later ones stay above it):
+            # then one linear pass consolidates them, else a sort.
+            if _sort.is_sorted_rows2(u.data, adv):
+                u = Updates(*_consolidate.consolidate_sorted(u.data, adv, u.diffs))
+            else:
+                u = Updates(u.data, adv, u.diffs).consolidated()
         self._set_whole(u)
         self.since = f
         self._kept_base = len(u)
