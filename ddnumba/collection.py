@@ -481,13 +481,12 @@ class Collection:
         65,536), it compacts (:meth:`Captured.compact`): with one time coordinate to
         the last complete time; with several, to the output frontier stepped back by
         one in each coordinate (with the frontier at ``(a + 1, 0)``: to ``(a, 0)``,
-        so every time of epoch ``a`` stays readable). After every run that moves its frontier it then holds
-        less than three times the collection it was last compacted to, plus
-        ``COMPACT_MIN`` updates, and each compaction's sort is paid for by the updates
-        it covers. :meth:`Captured.at` answers for
-        the times in the future of ``since``; :meth:`Captured.new_updates` still
-        returns every change once, at the time it was output (the way to stream
-        results out).
+        so every time of epoch ``a`` stays readable). After every run that moves its
+        frontier it then holds less than three times the collection it was last
+        compacted to, plus ``COMPACT_MIN`` updates, and each compaction's sort is
+        paid for by the updates it covers. :meth:`Captured.at` answers for the times
+        in the future of ``since``; :meth:`Captured.new_updates` still returns every
+        change once, at the time it was output (the way to stream results out).
         """
         if self.scope.parent is not None:
             raise ValueError("capture: leave() the loop scope before capturing")
