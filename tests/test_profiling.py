@@ -77,7 +77,11 @@ def test_bench_profile_names_the_kernels(tmp_path):
     share, callers = fig["refcount"]
     assert 0 < share < 100
     assert sum(c for _, c, _ in callers) > 0
-    assert any(name.startswith("ddnumba.kernels.") for _, _, name in callers), callers
+    # the callers are compiled functions of the perf map: the kernels, or Numba's own
+    # helpers they call (the typed list's getitem takes references too; with few
+    # reference-counting samples on a busy machine, those may be all there are)
+    assert any(name.startswith(("ddnumba.kernels.", "numba."))
+               for _, _, name in callers), callers
     if _disassembles():
         # a name can match several compiled copies of a kernel (one per signature):
         # each gets its own listing (.2, .3, ... after the first); the samples are on
