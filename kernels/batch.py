@@ -26,7 +26,7 @@ compiled code, many times per round:
 import numpy as np
 from numba import njit
 
-from .rows import add_checked, flat_view, leaf
+from .rows import add_counted, flat_view, leaf
 from .sort import _bucket_sort, _column_widths, _lsd_sort, _pack_word, _unpack_word
 
 __all__ = ["sort_consolidate", "merge", "seek", "seek_fenced", "fence", "concat_batches",
@@ -215,10 +215,7 @@ def _sum_perm_into(data, times, diffs, perm, od, ot, of):
         carry = np.int64(0)
         r += 1
         while r < n and _cmp_upd(data, times, first, data, times, perm[r]) == 0:
-            x = diffs[perm[r]]
-            s, o = add_checked(s, x)
-            if o:
-                carry += 1 if x > 0 else -1
+            s, carry = add_counted(s, carry, diffs[perm[r]])
             r += 1
         if carry != 0:
             return np.int64(-1)
@@ -270,10 +267,7 @@ def sort_consolidate(data, times, diffs):
             carry = np.int64(0)
             r += 1
             while r < n and sk[r] == key:
-                x = sd[r]
-                s, o = add_checked(s, x)
-                if o:
-                    carry += 1 if x > 0 else -1
+                s, carry = add_counted(s, carry, sd[r])
                 r += 1
             if carry != 0:
                 raise OverflowError("consolidate: a sum of diffs overflows int64")
@@ -361,10 +355,7 @@ def _close_group(ot, of, start, k, advanced):
         carry = np.int64(0)
         r += 1
         while r < k and ot[r, 0] == t0 and ot[r, 1] == t1:
-            x = of[r]
-            s, ov = add_checked(s, x)
-            if ov:
-                carry += 1 if x > 0 else -1
+            s, carry = add_counted(s, carry, of[r])
             r += 1
         if carry != 0:
             return -1

@@ -22,7 +22,7 @@ With several words, the rows are argsorted and gathered.
 import numpy as np
 from numba import njit
 
-from .rows import add_checked, row_cmp, row_eq
+from .rows import add_checked, add_counted, row_cmp, row_eq
 from .sort import (
     _EMPTY_I64,
     _argsort2,
@@ -61,10 +61,7 @@ def _sum_sorted_keys(keys, diffs):
         carry = 0  # number of wrap-arounds (+1 up, -1 down): true sum = s + carry * 2**64
         r += 1
         while r < n and keys[r] == key:
-            x = diffs[r]
-            s, over = add_checked(s, x)
-            if over:
-                carry += 1 if x > 0 else -1
+            s, carry = add_counted(s, carry, diffs[r])
             r += 1
         if carry != 0:
             return k, True
@@ -95,10 +92,7 @@ def _sum_runs(data, times, diffs, perm, use_perm, rep, sums):
             i = perm[r] if use_perm else r
             if not (row_eq(data, first, data, i) and row_eq(times, first, times, i)):
                 break
-            x = diffs[i]
-            s, over = add_checked(s, x)
-            if over:
-                carry += 1 if x > 0 else -1
+            s, carry = add_counted(s, carry, diffs[i])
             r += 1
         if carry != 0:
             return k, True
@@ -199,8 +193,8 @@ def _accumulate_at(data, times, diffs, t, first, sums):
     """One pass over consolidated updates (sorted by data, then time): per data row,
     the sum of the diffs at times ``<= t``. Writes the first index of every row whose
     sum is non-zero to ``first[:k]`` and the sum to ``sums[:k]``; returns ``(k,
-    overflow)`` (``overflow``: some true sum is outside int64, counting wrap-arounds
-    as :func:`_sum_sorted_keys` does)."""
+    overflow)`` (``overflow``: some true sum is outside int64, see
+    :func:`~ddnumba.kernels.rows.add_counted`)."""
     n = data.shape[0]
     d = times.shape[1]
     k = 0
@@ -216,10 +210,7 @@ def _accumulate_at(data, times, diffs, t, first, sums):
                     le = False
                     break
             if le:
-                x = diffs[e]
-                s, over = add_checked(s, x)
-                if over:
-                    carry += 1 if x > 0 else -1
+                s, carry = add_counted(s, carry, diffs[e])
             e += 1
             if e >= n or not row_eq(data, e, data, r):
                 break

@@ -170,6 +170,19 @@ def add_checked(x, y):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def add_counted(s, carry, x):
+    """``s + x`` for summing a group of diffs: returns ``(sum mod 2**64, carry)``, the
+    carry counting wrap-arounds (+1 up, -1 down) so that the true sum is ``s + carry *
+    2**64``. The group's sum is outside int64 only when its final carry is not 0, so a
+    partial sum that wraps and comes back does not overflow and the result does not
+    depend on the order of summation."""
+    s, over = add_checked(s, x)
+    if over:
+        carry += 1 if x > 0 else -1
+    return s, carry
+
+
+@njit(cache=True, nogil=True, inline="always")
 def mul_checked(x, y):
     """Return ``(x * y, overflowed)`` for int64 values without silently wrapping.
 
