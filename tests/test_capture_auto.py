@@ -3,6 +3,7 @@ frontier (``Captured.compact`` of a ``[k, d]`` array), against the brute-force c
 oracle of :mod:`capture_streams` at every time: what ``at`` answers, what
 ``new_updates`` streams out, and how large the capture stays."""
 import itertools
+import warnings
 
 import numpy as np
 import pytest
@@ -303,3 +304,89 @@ def test_auto_compact_after_a_compaction_to_a_time(monkeypatch):
                 cap.at((1, r))
         else:
             assert _got(cap, (1, r)) == _count_at(ups, (1, r))
+
+
+@pytest.mark.parametrize("engine,workers", [("python", 1), ("native", 1), ("python", 2)])
+def test_pending_new_updates_warn_once_and_lose_nothing(monkeypatch, engine, workers):
+    # A program that calls new_updates() once and then only runs: the updates wait
+    # for it without bound. The capture warns exactly once, at the first run after
+    # which they have waited PENDING_WARN_RUNS runs and outnumber
+    # 4 * (kept + COMPACT_MIN); the next new_updates() still returns every one of
+    # them (against the oracle at every time), and the warning is re-armed.
+    monkeypatch.setattr(CaptureNode, "COMPACT_MIN", 4)
+    monkeypatch.setattr(CaptureNode, "PENDING_WARN_RUNS", 10)
+    rng = np.random.default_rng(7)
+    T = 60
+    ups = _stream(rng, [(t,) for t in range(T)], 600, values=9)
+    df = dd.Dataflow(engine=engine, workers=workers)
+    try:
+        inp, cap = _build(df, auto_compact=True)
+        node = cap._node
+        streamed = _rows(cap.new_raw())             # nothing yet; starts the stream
+        assert streamed == []
+        warned_at = []      # runs that warned
+        expected = []       # the first run of each arming with both conditions met
+        armed = True
+        runs = 0
+        for t in range(T):
+            _feed(inp, ups, t)
+            inp.advance_to(t + 1)
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
+                df.run()
+            runs += 1
+            mine = [x for x in w if "wait for new_updates()" in str(x.message)]
+            assert all(x.category is RuntimeWarning for x in mine)
+            assert all(x.filename == __file__ for x in mine)  # points at df.run()
+            warned_at += [t] * len(mine)
+            if armed and runs >= CaptureNode.PENDING_WARN_RUNS and \
+                    node._pending_rows > 4 * (node._kept_base + CaptureNode.COMPACT_MIN):
+                expected.append(t)
+                armed = False
+            if t == 45:
+                streamed += _rows(cap.new_raw())    # re-arms the warning
+                assert node._pending_rows == 0
+                runs = 0
+                armed = True
+        assert warned_at == expected and len(expected) == 2, (warned_at, expected)
+        streamed += _rows(cap.new_raw())
+        for x in range(T):
+            assert _acc(streamed, (x,)) == _count_at(ups, (x,)), x
+        assert node.since is not None               # it did compact meanwhile
+    finally:
+        df.close()
+
+
+@pytest.mark.parametrize("mode", ["read every run", "never asked", "small"])
+def test_pending_no_warning(monkeypatch, mode):
+    # No warning over many runs when new_updates() is read after every run, when it
+    # is never called (nothing is kept for it), or when what waits stays within
+    # 4 * (kept + COMPACT_MIN) (asked once; the default COMPACT_MIN dwarfs this
+    # stream).
+    if mode != "small":
+        monkeypatch.setattr(CaptureNode, "COMPACT_MIN", 4)
+    monkeypatch.setattr(CaptureNode, "PENDING_WARN_RUNS", 5)
+    rng = np.random.default_rng(8)
+    T = 40
+    ups = _stream(rng, [(t,) for t in range(T)], 400, values=9)
+    df = dd.Dataflow(engine="native")
+    inp, cap = _build(df, auto_compact=True)
+    if mode == "small":
+        cap.new_raw()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for t in range(T):
+            _feed(inp, ups, t)
+            inp.advance_to(t + 1)
+            df.run()
+            if mode == "read every run":
+                cap.new_raw()
+    node = cap._node
+    if mode == "never asked":
+        assert node.pending is None
+    elif mode == "read every run":
+        assert node._pending_rows == 0
+    else:
+        assert node._pending_runs == T and 0 < node._pending_rows
+    assert _got(cap, (T - 1,)) == _count_at(ups, (T - 1,))
+    df.close()

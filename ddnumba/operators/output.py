@@ -7,6 +7,8 @@ than a silently partial answer.
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from ddnumba.dataflow import Node, _fmt_frontier, _fmt_time
@@ -66,6 +68,11 @@ class CaptureNode(SinkNode):
     # the updates it covers, and the capture never holds much more than three times its
     # collection (plus COMPACT_MIN and one run's output).
     COMPACT_MIN = 1 << 16
+    # A self-compacting capture warns (once until the next take_new) when updates
+    # wait for new_updates() over PENDING_WARN_RUNS runs and outnumber what the
+    # capture itself may hold: they are kept until read, and a program that asked
+    # once and never again would grow without bound.
+    PENDING_WARN_RUNS = 1000
 
     def __init__(self, scope, src, names, *, auto_compact=False):
         self.names = names
@@ -76,6 +83,9 @@ class CaptureNode(SinkNode):
         self.pending = None         # parts since the last take_new() (None: not asked)
         self._pending_recent = 0
         self._pending_whole = None  # pending[0] when it is all of pending, consolidated
+        self._pending_rows = 0      # updates in pending
+        self._pending_runs = 0      # runs since the last take_new (self-compacting only)
+        self._pending_warned = False
         self.since = None           # the frontier [k, d] of the compactions, if any
         self.auto_compact = bool(auto_compact)
         self._kept_base = 0         # updates the last compaction kept
@@ -92,6 +102,7 @@ class CaptureNode(SinkNode):
         self._recent = self._fold(self.parts, self._recent + 1)
         if self.pending is not None:
             self.pending.append(u)
+            self._pending_rows += len(u)
             self._pending_recent = self._fold(self.pending, self._pending_recent + 1)
 
     def _fold(self, parts, recent):
@@ -112,6 +123,7 @@ class CaptureNode(SinkNode):
             self.pending = []
             self._pending_recent = 0
             self._pending_whole = None
+            self._pending_rows = 0
 
     def step(self):
         u = self.take()
@@ -155,7 +167,12 @@ class CaptureNode(SinkNode):
         complete times -- for one coordinate, it is the last complete time; for
         ``(epoch, round)`` times with the frontier at ``(a + 1, 0)``, every time of
         epoch ``a``. Nothing happens once the output is final (empty frontier), or
-        when ``since`` would not move."""
+        when ``since`` would not move.
+
+        Also warns when updates wait for :meth:`take_new` too long
+        (``PENDING_WARN_RUNS``)."""
+        if self.pending is not None:
+            self._check_pending()
         if self._kept_new < 2 * self._kept_base + self.COMPACT_MIN:
             return False
         f = self.frontier
@@ -171,6 +188,24 @@ class CaptureNode(SinkNode):
             return False            # already compacted that far
         self.compact(target)
         return True
+
+    def _check_pending(self):
+        """Count a run since the last :meth:`take_new`, and warn once when the
+        updates waiting for it have outgrown the capture's own bound."""
+        self._pending_runs += 1
+        if self._pending_warned or self._pending_runs < self.PENDING_WARN_RUNS:
+            return
+        bound = 4 * (self._kept_base + self.COMPACT_MIN)
+        if self._pending_rows <= bound:
+            return
+        self._pending_warned = True
+        warnings.warn(
+            f"capture(auto_compact=True): {self._pending_rows:,} updates from "
+            f"{self._pending_runs:,} runs wait for new_updates(). Once new_updates() "
+            f"has been called, the capture keeps every later update until it is read "
+            f"again, however far it compacts: call new_updates() after runs to "
+            f"stream results out, or read this capture with at() / updates() only",
+            RuntimeWarning, stacklevel=4)
 
     def _set_whole(self, u):
         self.parts = [u] if len(u) else []
@@ -206,6 +241,7 @@ class CaptureNode(SinkNode):
         self.pending = [u] if len(u) else []
         self._pending_recent = 0
         self._pending_whole = u
+        self._pending_rows = len(u)
         return u
 
     def take_new(self) -> Updates:
@@ -214,6 +250,9 @@ class CaptureNode(SinkNode):
         self.pending = []
         self._pending_recent = 0
         self._pending_whole = None
+        self._pending_rows = 0
+        self._pending_runs = 0
+        self._pending_warned = False
         return u
 
 
@@ -351,6 +390,11 @@ class Captured:
         were output at, whatever :meth:`compact` did to the capture since the previous
         call (the first call reads the capture as it is, compacted or not); they stay
         in the capture too (compact it to bound its memory).
+
+        Once called, it keeps every later update until the next call, so call it
+        after every run (or every few). A self-compacting capture warns
+        (``RuntimeWarning``) when updates have waited 1,000 runs and outnumber four
+        times what its last compaction kept plus ``COMPACT_MIN``.
 
         Examples
         --------
