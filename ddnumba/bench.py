@@ -31,6 +31,10 @@ with ``--callers`` it also splits reference counting by the kernel that calls it
 with ``--annotate KERNEL[,KERNEL...]`` it places the samples of those kernels on their
 instructions.
 
+``python -m ddnumba.bench tail --nodes N --batch B`` lists the slowest runs with the
+updates all operators received in each and the rows spine merges read: whether a slow
+run did more work or paid for something else (:func:`run_tail`).
+
 ``python -m ddnumba.bench ab --base REV`` compares two versions of the code on this
 workload in one sitting, in alternating fresh processes (see :mod:`ddnumba.benchab`);
 ``pair`` compares two settings in one process (:mod:`ddnumba.benchpair`). ``floor``
@@ -50,7 +54,7 @@ import numpy as np
 import ddnumba as dd
 
 __all__ = ["workload", "build_reach", "state_records", "spine_work", "operator_updates",
-           "profile_reach", "ReachSession", "run_reach",
+           "profile_reach", "ReachSession", "run_reach", "run_tail",
            "run_reach_sweep", "main"]
 
 SEED = 20240601
@@ -190,7 +194,8 @@ class ReachSession:
         self.records_after_load = state_records(self.df)
         return self.load_s
 
-    def feed(self, batch, changes, *, progress=False, checkpoints=(), resolution="record"):
+    def feed(self, batch, changes, *, progress=False, checkpoints=(), resolution="record",
+             per_run=False):
         """Feed the next ``changes`` window changes, ``batch`` per ``run()``, each at
         its own time (``resolution="batch"``: the changes of a run at one time;
         ``changes`` is rounded down to whole batches).
@@ -198,7 +203,10 @@ class ReachSession:
         Returns figures of this segment: ``latencies`` (s per run), percentiles,
         ``changes_per_s`` (batch / median latency), ``records_end``, and ``marks``:
         ``{changes done: (latencies of the last <= 1000 runs, state records)}`` at each
-        of ``checkpoints`` (counted within this segment).
+        of ``checkpoints`` (counted within this segment). ``per_run=True`` (native
+        engine) adds ``per_run``: ``{"updates": ..., "merged_rows": ...}``, per run the
+        updates all operators received and the rows spine merges read, counted after
+        the run's timing.
         """
         if resolution not in ("record", "batch"):
             raise ValueError(f"ReachSession.feed: resolution must be 'record' or 'batch', "
@@ -218,6 +226,11 @@ class ReachSession:
         work0 = spine_work(df)
         upd0 = operator_updates(df)
         same = resolution == "batch"
+        track = per_run and upd0 is not None
+        if track:
+            run_upd = np.zeros(steps, np.int64)
+            run_merged = np.zeros(steps, np.int64)
+            prev_upd, prev_merged = upd0, work0[1]
         steps_it = range(steps)
         if progress:
             try:
@@ -239,6 +252,10 @@ class ReachSession:
             roots_in.advance_to(t)
             df.run()
             lat[s] = time.perf_counter() - a
+            if track:
+                u, w = operator_updates(df), spine_work(df)[1]
+                run_upd[s], run_merged[s] = u - prev_upd, w - prev_merged
+                prev_upd, prev_merged = u, w
             done = (s + 1) * batch
             if done in checkpoints:
                 marks[done] = (lat[max(0, s + 1 - 1000): s + 1].copy(), state_records(df))
@@ -269,6 +286,8 @@ class ReachSession:
                                 out["p50_ms"] * 1e6 / (batch * out["updates_per_change"]))
         out["latencies"] = lat
         out["marks"] = marks
+        if track:
+            out["per_run"] = {"updates": run_upd, "merged_rows": run_merged}
         return out
 
     def recompute(self):
@@ -309,6 +328,44 @@ def run_reach(n, batch, changes, *, recompute=True, progress=False, checkpoints=
     finally:
         session.close()
     return out
+
+
+def run_tail(n, batch, changes, *, warm=None, top=10, engine="native", loops=None):
+    """Where a run's latency comes from: load the ``n``-node graph, feed ``warm``
+    changes (default: ``changes``), then ``changes`` more, ``batch`` per run, counting
+    per run the updates all operators received and the rows spine merges read (native
+    engine). Returns a dict: ``p50_ms``, ``p99_ms``, ``max_ms``, ``median_updates``,
+    ``ns_per_update`` (median over runs), ``corr`` (Pearson correlation of latency
+    and updates over the runs), ``slowest``: the ``top`` slowest runs as ``(run,
+    ms, updates, ns per update, merged rows)``, and ``check`` (the answer against a
+    scipy BFS)."""
+    warm = changes if warm is None else warm
+    session = ReachSession(n, warm + changes, engine=engine, loops=loops)
+    try:
+        session.load()
+        if not session.df._native:
+            raise ValueError("tail: per-run counts need the native engine")
+        if warm:
+            session.feed(batch, warm)
+        out = session.feed(batch, changes, per_run=True)
+        _, check = session.recompute()
+    finally:
+        session.close()
+    lat = out["latencies"]
+    upd = out["per_run"]["updates"]
+    merged = out["per_run"]["merged_rows"]
+    ns = lat * 1e9 / np.maximum(upd, 1)
+    order = np.argsort(-lat, kind="stable")[:top]
+    corr = float(np.corrcoef(lat, upd)[0, 1]) if len(lat) > 1 and upd.std() > 0 else None
+    return {"n": n, "batch": batch, "runs": len(lat),
+            "p50_ms": float(np.median(lat) * 1e3),
+            "p99_ms": float(np.percentile(lat, 99) * 1e3),
+            "max_ms": float(lat.max() * 1e3),
+            "median_updates": float(np.median(upd)),
+            "ns_per_update": float(np.median(ns)), "corr": corr,
+            "slowest": [(int(i), float(lat[i] * 1e3), int(upd[i]), float(ns[i]),
+                         int(merged[i])) for i in order],
+            "per_run": out["per_run"], "latencies": lat, "check": check}
 
 
 def run_reach_sweep(n, segments, *, workers=1, engine=None, progress=False):
@@ -517,6 +574,14 @@ def main(argv=None):
                          "_reduce_keys or seqloop._reduce_keys): prints the hottest "
                          "instructions with context and writes the full listing to "
                          "<out>.<KERNEL>.annotated.txt (needs objdump, x86-64)")
+    tl = sub.add_parser("tail", help="the slowest runs and the work they did")
+    tl.add_argument("--nodes", type=int, default=1000)
+    tl.add_argument("--batch", type=int, default=1)
+    tl.add_argument("--changes", type=int, default=3000)
+    tl.add_argument("--warm", type=int, default=None,
+                    help="changes fed before the recorded ones (default: --changes)")
+    tl.add_argument("--top", type=int, default=10)
+    tl.add_argument("--loops", choices=("rounds", "sequential"), default=None)
     from . import benchab, benchfloor, benchpair
     benchab.add_parser(sub)
     benchpair.add_parser(sub)
@@ -530,6 +595,23 @@ def main(argv=None):
         return
     if args.cmd == "pair":
         benchpair.main(args)
+        return
+    if args.cmd == "tail":
+        if args.changes < args.batch:
+            p.error("tail: --changes must be at least --batch")
+        r = run_tail(args.nodes, args.batch, args.changes, warm=args.warm, top=args.top,
+                     loops=args.loops)
+        corr = "-" if r["corr"] is None else f"{r['corr']:.2f}"
+        print(f"N={r['n']} B={r['batch']}: {r['runs']} runs, p50 {r['p50_ms']:.3f} ms, "
+              f"p99 {r['p99_ms']:.3f} ms, max {r['max_ms']:.2f} ms; median run "
+              f"{r['median_updates']:.0f} updates at {r['ns_per_update']:.0f} ns each; "
+              f"latency/updates correlation {corr}; answer "
+              f"{'matches' if r['check'] else 'DIFFERS FROM'} BFS")
+        print(f"{'run':>6} {'ms':>9} {'updates':>10} {'ns/update':>10} {'merged rows':>12}")
+        for i, ms, u, ns, mr in r["slowest"]:
+            print(f"{i:6d} {ms:9.3f} {u:10d} {ns:10.0f} {mr:12d}")
+        if not r["check"]:
+            raise SystemExit(1)
         return
     annotate = []
     if args.cmd == "profile" and args.annotate is not None:

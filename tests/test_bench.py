@@ -1,5 +1,8 @@
 """The reach benchmark's figures: the spine work column is the engine's counter delta,
 and the answer after the window matches a from-scratch BFS."""
+import numpy as np
+import pytest
+
 from ddnumba.bench import ReachSession, spine_work
 
 
@@ -147,3 +150,49 @@ def test_session_compacts_its_count_capture(monkeypatch):
         assert check
     finally:
         session.close()
+
+
+def test_per_run_counts_add_up_to_the_segment():
+    # feed(per_run=True): per run, the updates all operators received and the rows
+    # spine merges read; they sum to the segment's own counter deltas.
+    from ddnumba.bench import operator_updates
+    session = ReachSession(300, 600, engine="native")
+    try:
+        session.load()
+        session.feed(10, 200)
+        u0, w0 = operator_updates(session.df), spine_work(session.df)[1]
+        out = session.feed(10, 400, per_run=True)
+        runs = out["per_run"]
+        assert len(runs["updates"]) == len(out["latencies"]) == 40
+        assert runs["updates"].sum() == operator_updates(session.df) - u0
+        assert runs["merged_rows"].sum() == spine_work(session.df)[1] - w0
+        assert runs["updates"].sum() == out["updates_per_change"] * 400
+        assert (runs["updates"] > 0).all()
+        assert "per_run" not in session.feed(10, 0)
+    finally:
+        session.close()
+
+
+def test_tail_lists_the_slowest_runs_with_their_work(capsys):
+    from ddnumba.bench import main, run_tail
+    r = run_tail(300, 2, 200, warm=50, top=5)
+    assert r["check"] and r["runs"] == 100
+    lat, upd = r["latencies"], r["per_run"]["updates"]
+    slow = r["slowest"]
+    assert [i for i, *_ in slow] == list(np.argsort(-lat, kind="stable")[:5])
+    for i, ms, u, ns, mr in slow:
+        assert ms == lat[i] * 1e3 and u == upd[i] and mr == r["per_run"]["merged_rows"][i]
+        assert abs(ns - lat[i] * 1e9 / max(u, 1)) < 1e-6
+    assert r["max_ms"] == slow[0][1]
+    assert r["median_updates"] == float(np.median(upd))
+    assert -1 <= r["corr"] <= 1
+    main(["tail", "--nodes", "200", "--batch", "1", "--changes", "30", "--top", "3"])
+    text = capsys.readouterr().out
+    assert "answer matches BFS" in text and "30 runs" in text
+    assert len([ln for ln in text.splitlines()[2:] if ln.strip()]) == 3
+
+
+def test_tail_needs_the_native_engine():
+    from ddnumba.bench import run_tail
+    with pytest.raises(ValueError, match="native engine"):
+        run_tail(50, 1, 5, warm=0, engine="python")
