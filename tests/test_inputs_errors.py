@@ -450,3 +450,33 @@ def test_run_after_a_failed_run_is_refused(engine, failure):
     with pytest.raises(RuntimeError, match="failed in an earlier run.*(Overflow|sevens)"):
         df.run()
     assert cap.at(0).num_rows == 1           # what the good run produced is still there
+
+
+@pytest.mark.parametrize("bad", [1.5, 2.0, np.float64(1.0), "1", None, [1.0], object()])
+def test_captured_and_probe_times_must_be_integers(bad):
+    # Reading a capture or a probe takes integer times only, as inputs do: a float is
+    # not truncated (compact(1.5) compacted to 1), a string not parsed.
+    df, inp, c = make()
+    cap = c.capture()
+    probe = c.probe()
+    inp.insert([1, 2], [3, 4], time=[0, 1])
+    inp.advance_to(3)
+    df.run()
+    for f in (cap.at, cap.done, cap.compact, probe.done):
+        with pytest.raises(TypeError, match="is not integer"):
+            f(bad)
+    assert cap.since is None                      # nothing was compacted
+    assert_collection_equal(cap.at(1), {(1, 3): 1, (2, 4): 1})
+    assert_collection_equal(cap.at(np.int32(0)), {(1, 3): 1})
+    assert cap.done(np.uint8(2)) and probe.done([2]) and not probe.done(3)
+
+
+def test_captured_time_beyond_int64():
+    df, inp, c = make()
+    cap = c.capture()
+    inp.insert([1], [2], time=0)
+    inp.close()
+    df.run()
+    with pytest.raises(OverflowError, match="does not fit in int64"):
+        cap.at(np.uint64(2**63))
+    assert_collection_equal(cap.at(np.uint64(2**63 - 1)), {(1, 2): 1})

@@ -257,7 +257,15 @@ class CaptureNode(SinkNode):
 
 
 def _as_time(t, dims, label):
-    a = np.asarray(t, dtype=_I64).reshape(-1)
+    """``t`` as an int64 vector of ``dims`` coordinates; ``TypeError`` unless it is
+    integer (as input times must be: a float, a string or ``None`` is refused rather
+    than truncated or parsed), ``OverflowError`` outside int64."""
+    a = np.asarray(t)
+    if a.dtype.kind not in "iub":
+        raise TypeError(f"{label}: time {t!r} is not integer")
+    if a.dtype.kind == "u" and a.size and a.max() > np.iinfo(_I64).max:
+        raise OverflowError(f"{label}: time {t!r} does not fit in int64")
+    a = a.astype(_I64).reshape(-1)
     if a.shape[0] != dims:
         raise ValueError(f"{label}: time {t!r} has {a.shape[0]} coordinate(s), expected "
                          f"{dims}")
