@@ -344,7 +344,10 @@ def test_pending_new_updates_warn_once_and_lose_nothing(monkeypatch, engine, wor
                 expected.append(t)
                 armed = False
             if t == 45:
-                streamed += _rows(cap.new_raw())    # re-arms the warning
+                waiting = node._pending_rows
+                got = _rows(cap.new_raw())          # re-arms the warning
+                assert 0 < len(got) <= waiting      # counted before consolidating
+                streamed += got
                 assert node._pending_rows == 0
                 runs = 0
                 armed = True
