@@ -363,10 +363,7 @@ class InputHandle:
         return data, table_times, table_diffs
 
     def _one_time(self, time):
-        t = np.asarray(time)
-        if t.dtype.kind not in "iub":
-            raise TypeError(f"{self._label}: time {time!r} is not integer")
-        t = t.astype(_I64).reshape(-1)
+        t = _int_times(time, self._label, one=True).reshape(-1)
         if t.shape[0] != self.dims:
             raise ValueError(f"{self._label}: time {time!r} has {t.shape[0]} "
                              f"coordinate(s); this dataflow has time_dims={self.dims}")
@@ -376,10 +373,7 @@ class InputHandle:
         if (self.dims == 1 and type(time) is np.ndarray and time.ndim == 1
                 and time.dtype == _I64 and time.shape[0] == n):
             return time.reshape(n, 1).copy()    # (the common case: one time per row)
-        t = np.asarray(time)
-        if t.dtype.kind not in "iub":
-            raise TypeError(f"{self._label}: times must be integers, got dtype {t.dtype}")
-        t = t.astype(_I64)
+        t = _int_times(time, self._label, one=False)
         if t.ndim == 0 or (t.ndim == 1 and self.dims > 1):
             one = self._one_time(t)
             return np.ascontiguousarray(np.broadcast_to(one, (n, self.dims)))
@@ -433,6 +427,20 @@ def _is_arrow_table(x):
     except ImportError:  # pragma: no cover
         return False
     return isinstance(x, (pa.Table, pa.RecordBatch))
+
+
+def _int_times(t, label, *, one):
+    """``t`` (``one``: a time, else times) as int64: ``TypeError`` unless integer
+    (bool, signed or unsigned; a float, a string or ``None`` is refused rather than
+    truncated or parsed), ``OverflowError`` for unsigned values beyond int64 (which
+    a cast would wrap to negative times). Shared by inputs and output readers."""
+    a = np.asarray(t)
+    if a.dtype.kind not in "iub":
+        raise TypeError(f"{label}: time {t!r} is not integer" if one else
+                        f"{label}: times must be integers, got dtype {a.dtype}")
+    if a.dtype.kind == "u" and a.size and a.max() > _I64_MAX:
+        raise OverflowError(f"{label}: time {a.max()} does not fit in int64")
+    return a.astype(_I64)
 
 
 def _fmt_time(t):

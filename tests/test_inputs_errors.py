@@ -480,3 +480,19 @@ def test_captured_time_beyond_int64():
     with pytest.raises(OverflowError, match="does not fit in int64"):
         cap.at(np.uint64(2**63))
     assert_collection_equal(cap.at(np.uint64(2**63 - 1)), {(1, 2): 1})
+
+
+def test_input_times_beyond_int64_are_refused_not_wrapped():
+    # An unsigned time past int64 used to be cast to a negative one and refused as
+    # "negative" or "backward"; it is an overflow, said so, and nothing changes.
+    df, inp, c = make()
+    cap = c.capture()
+    with pytest.raises(OverflowError, match="does not fit in int64"):
+        inp.insert([1], [2], time=np.array([2**63], np.uint64))
+    with pytest.raises(OverflowError, match="does not fit in int64"):
+        inp.advance_to(np.uint64(2**63))
+    inp.insert([1], [2], time=np.array([3], np.uint64))
+    inp.advance_to(np.uint64(4))
+    df.run()
+    assert_collection_equal(cap.at(3), {(1, 2): 1})
+    assert not cap.done(4)

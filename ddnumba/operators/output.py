@@ -11,7 +11,7 @@ import warnings
 
 import numpy as np
 
-from ddnumba.dataflow import Node, _fmt_frontier, _fmt_time
+from ddnumba.dataflow import Node, _fmt_frontier, _fmt_time, _int_times
 from ddnumba.io.arrow import collection_table, updates_to_table
 from ddnumba.kernels import consolidate as _consolidate
 from ddnumba.kernels import lattice as _lattice
@@ -260,12 +260,7 @@ def _as_time(t, dims, label):
     """``t`` as an int64 vector of ``dims`` coordinates; ``TypeError`` unless it is
     integer (as input times must be: a float, a string or ``None`` is refused rather
     than truncated or parsed), ``OverflowError`` outside int64."""
-    a = np.asarray(t)
-    if a.dtype.kind not in "iub":
-        raise TypeError(f"{label}: time {t!r} is not integer")
-    if a.dtype.kind == "u" and a.size and a.max() > np.iinfo(_I64).max:
-        raise OverflowError(f"{label}: time {t!r} does not fit in int64")
-    a = a.astype(_I64).reshape(-1)
+    a = _int_times(t, label, one=True).reshape(-1)
     if a.shape[0] != dims:
         raise ValueError(f"{label}: time {t!r} has {a.shape[0]} coordinate(s), expected "
                          f"{dims}")
