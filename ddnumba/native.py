@@ -366,6 +366,7 @@ class NativeEngine:
         self.spine_owner = []         # (node, "arrange" | "reduce")
         n_held = 0
         pend_w = []
+        agg_nodes = []                # root-scope count/sum (hashed state)
         inputs = {id(h): i for i, h in enumerate(df.inputs)}
         for i, node in enumerate(order):
             group = int(scope_of[i]) + 1
@@ -424,12 +425,16 @@ class NativeEngine:
                     prm[i, 6] = _rt.LOGIC[spec[0]]
                     prm[i, 7] = int(spec[1])
                     if spec[0] in ("count", "sum") and group == 0:
-                        # Outside loops: incremental count/sum (output trace rows
-                        # (key, total, nonzero values); see runtime._reduce_agg).
+                        # Outside loops: count/sum over hashed current state, no
+                        # output trace (kernels.rootagg); prm[i, 1] becomes the index
+                        # of its state in st[11], after the loops' (set below).
                         prm[i, 8] = 1
+                        agg_nodes.append(i)
                 pend_w.append(node.kw + 1)
                 seq = group > 0 and self.sequential[group - 1]
-                if not seq and prm[i, 8] == 0 and \
+                if prm[i, 8] == 1:
+                    pass
+                elif not seq and \
                         [c for c, _ in node.arranged.consumers] == [node]:
                     # The reduce is its arrangement's only reader: input and output
                     # history share one trace, rows (key, tag, vals) (runtime
@@ -497,6 +502,14 @@ class NativeEngine:
                 raise Unsupported("a loop variable was never set")
 
         L_ = len(loops)
+        for a, i in enumerate(agg_nodes):
+            prm[i, 1] = max(L_, 1) + a
+        agg = set(agg_nodes)
+        for i, node in enumerate(order):
+            if kind[i] == _rt.K_ARRANGE and node.consumers and \
+                    all(ids[id(c)] in agg for c, _ in node.consumers):
+                prm[i, 6] = 1       # read by root counts/sums only: it keeps no trace
+        self.agg_nodes = agg_nodes
         root_order = np.array([ids[id(n)] for n in root], _I64)
         lo_offs = np.zeros(L_ + 1, _I64)
         lo = []
@@ -540,7 +553,7 @@ class NativeEngine:
         self.root_scope = scope_of
         self.st = _rt.new_state(nq, S, n_held, len(pend_w), arr(pend_w) if pend_w else
                                 np.zeros(0, _I64), len(self.captures), N, max(L_, 1),
-                                self._loop_widths(order, kind, prm, scope_of, L_))
+                                self._state_widths(order, kind, prm, scope_of, L_))
         for li, lp in enumerate(loops):
             if self.sequential[li]:
                 prog, widths = _seq_program(li, lp, ids, kind, prm)
@@ -561,6 +574,14 @@ class NativeEngine:
         self._run_fn = _rt.run
         self._take_fn = _rt.take_batches
         self._push_fn = _rt.push_batch
+
+    def _state_widths(self, order, kind, prm, scope_of, n_loops):
+        """The key and value widths of every hashed state: per loop the widest of its
+        traces (used when it runs sequentially), then one per root-scope count/sum."""
+        kv = self._loop_widths(order, kind, prm, scope_of, n_loops)
+        agg = np.array([[max(int(prm[i, 3]), 1), max(int(prm[i, 4]), 1)]
+                        for i in self.agg_nodes], _I64).reshape(-1, 2)
+        return np.ascontiguousarray(np.concatenate([kv, agg]))
 
     def _loop_widths(self, order, kind, prm, scope_of, n_loops):
         """Per loop, the widest key and value of its traces (its hashed state's row

@@ -60,6 +60,7 @@ from .hstate import M_LIVE, _move_step as _hs_move_step, gc as _hs_gc, new_meta 
 from .reduce import (L_CALLBACK, L_COUNT, L_DISTINCT, L_MAX, L_MIN, L_SUM,  # noqa: F401
                      L_TOP_K, LOGIC, _accumulate, _logic_count, _logic_extreme,
                      _logic_sum, _logic_top_k)
+from .rootagg import agg_step
 from .rows import add_checked, leaf, list_item, list_leaf, mul_checked
 from .seqloop import S_LEAVE as SEQ_LEAVE, _nodes as seq_nodes, pack_fields
 from .seqloop import leave_rows as seq_leave_rows, run_times as seq_run_times
@@ -151,7 +152,9 @@ def new_state(n_queues, n_spines, n_held, n_pend, pend_w, n_out, n_nodes, n_loop
 
     ``pend_w[r]`` is the data width of reduce ``r``'s pending entries (key + 1);
     ``loop_kv[l]`` the widest key and value of loop ``l``'s traces when it runs
-    sequentially (its hashed state, kernels.hstate).
+    sequentially (its hashed state, kernels.hstate); rows after the first
+    ``n_loops`` are the key and value widths of the root scope's counts and sums
+    (kernels.rootagg), whose hashed states follow the loops' in st[11].
     """
     q = List.empty_list(_BLIST)
     for _ in range(n_queues):
@@ -185,7 +188,7 @@ def new_state(n_queues, n_spines, n_held, n_pend, pend_w, n_out, n_nodes, n_loop
     # per node: [steps with input, updates in, updates out, unused]
     stats = np.zeros((n_nodes, 4), np.int64)
     hs = List.empty_list(HSTATE_TYPE)
-    for l in range(n_loops):
+    for l in range(loop_kv.shape[0]):
         kwm = loop_kv[l, 0]
         vwm = loop_kv[l, 1]
         meta = _hs_new_meta(kwm, vwm)
@@ -577,7 +580,8 @@ def _step_arrange(prog, st, n, p, q, k):
             # The arrangement of a reduce that shares its trace with the reduce's
             # output: rows become (key, 0, vals, padding) (see _reduce_gather).
             b = _tag_rows(b, prm[n, 4], prm[n, 3], 0)
-        st[2][s].append(b)
+        if prm[n, 6] == 0:      # (1: read by a root count/sum only, no trace)
+            st[2][s].append(b)
         _emit(prog, st, n, b)
 
 
@@ -1574,17 +1578,6 @@ def _min_per_iteration(c_offs, c_it, c_t, c_end):
 
 
 @njit(cache=True, nogil=True)
-def _time_order(t, n):
-    """The stable permutation that sorts ``t[:n]``; without a sort when it is already
-    in order (a load's events all share one time: 7.2M of them at N=1e6, whose
-    merge sort took ~0.7 s)."""
-    for i in range(1, n):
-        if t[i] < t[i - 1]:
-            return np.argsort(t[:n], kind="mergesort")
-    return np.arange(n)
-
-
-@njit(cache=True, nogil=True)
 def _sort_pairs(a, b, lo, hi):
     """Sort ``(a, b)[lo:hi]`` by ``a`` (ties in any order)."""
     if hi - lo > 32:
@@ -1834,271 +1827,6 @@ def _row_lt(rows, a, b):
     return False
 
 
-@njit(cache=True, nogil=True)
-def _rows_equal(a, i, b, j, w):
-    """Whether row ``i`` of ``a`` and row ``j`` of ``b`` agree on their first ``w``
-    columns. Not ``inline="always"``, unlike :func:`_same_key`: called from a regular
-    kernel, Numba's own inlining binds the arrays to fresh variables, and in a loop the
-    reference counts of those bindings stay (two atomic increments and decrements per
-    call, several times the compare); a plain call takes none."""
-    for c in range(w):
-        if a[i, c] != b[j, c]:
-            return False
-    return True
-
-
-@list_leaf
-def _agg_events(spine, v0, nv, los, his, ev_v, ev_t, ev_new, ev_f, nev):
-    """The old events of :func:`_reduce_agg`'s touched values ``v0 .. v0 + nv - 1``
-    (their rows ``[los[s, v], his[s, v])`` in every batch ``s``, from
-    :func:`~kernels.batch.key_ranges`), appended from ``nev`` with value indices from
-    0; returns the new count. A leaf reading the list with :func:`list_item`: no
-    reference counts per key."""
-    for sidx in range(len(spine)):
-        bd, bt, bf, bfence = list_item(spine, sidx)
-        for v in range(nv):
-            for z in range(los[sidx, v0 + v], his[sidx, v0 + v]):
-                ev_v[nev] = v
-                ev_t[nev] = bt[z, 0]
-                ev_new[nev] = 0
-                ev_f[nev] = bf[z]
-                nev += 1
-    return nev
-
-
-@list_leaf
-def _agg_outputs(out_spine, kw, kk, los, his, o_vals, o_t, o_f, no):
-    """Key ``kk``'s old output rows ``(total, nz)`` of :func:`_reduce_agg` (rows
-    ``[los[s, kk], his[s, kk])`` of every batch ``s``) appended from ``no``; returns
-    the new count."""
-    for sidx in range(len(out_spine)):
-        bd, bt, bf, bfence = list_item(out_spine, sidx)
-        for z in range(los[sidx, kk], his[sidx, kk]):
-            o_vals[no, 0] = bd[z, kw]
-            o_vals[no, 1] = bd[z, kw + 1]
-            o_t[no] = bt[z, 0]
-            o_f[no] = bf[z]
-            no += 1
-    return no
-
-
-@njit(cache=True, nogil=True)
-def _reduce_agg(new, spine, out_spine, kw, vw, is_sum, col):
-    """Count or sum outside loops, incrementally: per key, only the values the new
-    updates touch are read back from the input trace.
-
-    Outside loops every earlier time is complete, so the old output accumulated at
-    any time ``t`` is the logic of the old input at ``t``. The output trace stores
-    ``(key, total, nz)``: the count or sum and the number of values with a non-zero
-    count (the group is empty iff ``nz == 0``, and then has no output row). With
-    ``T`` the new updates, the output at ``t`` becomes ``total + sum(T <= t)`` and
-    ``nz`` plus, per touched value, ``[old + new != 0] - [old != 0]``. It can change
-    only at times of ``T`` or of a touched value's history after the least of them.
-
-    The touched values' rows in every input batch, and the keys' rows in every output
-    batch, are found batch by batch for all of them at once
-    (:func:`~kernels.batch.key_ranges`, as :func:`_reduce_gather` does); the per-key
-    loop then only copies them (leaf kernels: no reference counts per key).
-
-    Returns the arguments of :func:`_corrections_1d` (desired ``(total, nz)`` rows per
-    due time) and the key rows.
-    """
-    nd, nt, nf = new
-    n_new = nf.shape[0]
-    w = kw + vw
-    # Key groups of the new batch, and their touched values: the distinct data rows
-    # (consecutive in the batch), the values of key kk being kvo[kk] .. kvo[kk + 1] - 1.
-    keys = np.empty((n_new, kw), np.int64)
-    kst = np.empty(n_new + 1, np.int64)
-    vstart = np.empty(n_new + 1, np.int64)
-    kvo = np.zeros(n_new + 1, np.int64)
-    nk = np.int64(0)
-    nV = np.int64(0)
-    r = np.int64(0)
-    while r < n_new:
-        e = r + 1
-        while e < n_new and _rows_equal(nd, r, nd, e, kw):
-            e += 1
-        for x in range(kw):
-            keys[nk, x] = nd[r, x]
-        kst[nk] = r
-        x = r
-        while x < e:
-            y = x + 1
-            while y < e and _rows_equal(nd, x, nd, y, w):
-                y += 1
-            vstart[nV] = x
-            nV += 1
-            x = y
-        nk += 1
-        kvo[nk] = nV
-        r = e
-    kst[nk] = n_new
-    vstart[nV] = n_new
-    keys = keys[:nk]
-    nsp = len(spine)
-    nso = len(out_spine)
-    # Row ranges: every touched value in every input batch, every key in every output
-    # batch; and how many rows each key reads.
-    los = np.empty((nsp, nV), np.int64)
-    his = np.empty((nsp, nV), np.int64)
-    vq = vstart[:nV]
-    for sidx in range(nsp):
-        sb = spine[sidx]
-        key_ranges(sb[0], sb[3], nd, vq, w, los[sidx], his[sidx])
-    olos = np.empty((nso, nk), np.int64)
-    ohis = np.empty((nso, nk), np.int64)
-    if nso > 0:
-        kq = np.arange(nk)
-        for sidx in range(nso):
-            sb = out_spine[sidx]
-            key_ranges(sb[0], sb[3], keys, kq, kw, olos[sidx], ohis[sidx])
-    ev_max = np.int64(1)
-    gmax = np.int64(1)
-    n_out = np.int64(0)
-    for kk in range(nk):
-        c = kst[kk + 1] - kst[kk]
-        for sidx in range(nsp):
-            for v in range(kvo[kk], kvo[kk + 1]):
-                c += his[sidx, v] - los[sidx, v]
-        if c > ev_max:
-            ev_max = c
-        if kst[kk + 1] - kst[kk] > gmax:
-            gmax = kst[kk + 1] - kst[kk]
-        for sidx in range(nso):
-            n_out += ohis[sidx, kk] - olos[sidx, kk]
-    due_offs = np.zeros(nk + 1, np.int64)
-    due_t = np.empty(64, np.int64)
-    w_vals = np.empty((64, 2), np.int64)
-    w_cnt = np.empty(64, np.int64)
-    nw = np.int64(0)
-    nm = np.int64(0)
-    o_offs = np.zeros(nk + 1, np.int64)
-    o_vals = np.empty((n_out, 2), np.int64)
-    o_t = np.empty(n_out, np.int64)
-    o_f = np.empty(n_out, np.int64)
-    no = np.int64(0)
-    # Per key scratch, sized for the largest key once: events (touched value index,
-    # t, old/new flag, diff) and per touched value sums (an allocation or a call
-    # taking arrays per key costs reference counts; see _rows_equal).
-    ev_v = np.empty(ev_max, np.int64)
-    ev_t = np.empty(ev_max, np.int64)
-    ev_new = np.empty(ev_max, np.int64)
-    ev_f = np.empty(ev_max, np.int64)
-    wmom = np.empty(64, np.int64)
-    old = np.empty(gmax, np.int64)
-    dlt = np.empty(gmax, np.int64)
-    wv = np.empty(gmax, np.int64)
-    for kk in range(nk):
-        r0 = kst[kk]
-        r1 = kst[kk + 1]
-        v0 = kvo[kk]
-        nv = kvo[kk + 1] - v0
-        m = INF
-        for x in range(r0, r1):
-            if nt[x, 0] < m:
-                m = nt[x, 0]
-        # New events, then the old history of the touched values.
-        nev = np.int64(0)
-        for v in range(nv):
-            for z in range(vstart[v0 + v], vstart[v0 + v + 1]):
-                ev_v[nev] = v
-                ev_t[nev] = nt[z, 0]
-                ev_new[nev] = 1
-                ev_f[nev] = nf[z]
-                nev += 1
-        if nsp > 0:
-            nev = _agg_events(spine, v0, nv, los, his, ev_v, ev_t, ev_new, ev_f, nev)
-        # Old output history of the key, sorted by (row, t).
-        o0 = no
-        if nso > 0:
-            no = _agg_outputs(out_spine, kw, kk, olos, ohis, o_vals, o_t, o_f, no)
-        if nso > 1 and no - o0 > 1:
-            tmpv = np.empty((no - o0, 2), np.int64)
-            _sort_vt(o_vals, o_t, o_f, o0, no, np.empty(no - o0 + 1, np.int64), tmpv,
-                     np.empty(no - o0, np.int64), np.empty(no - o0, np.int64))
-        o_offs[kk + 1] = no
-        # Events in time order; the due times are m and every event time after it.
-        order = _time_order(ev_t, nev)
-        for v in range(nv):
-            old[v] = 0
-            dlt[v] = 0
-            wv[v] = nd[vstart[v0 + v], kw + col] if is_sum else 1
-        # Accumulate everything at times <= m first.
-        e = 0
-        dT = np.int64(0)
-        dN = np.int64(0)
-        ndue0 = nm
-        while e < nev:
-            # next due time
-            tau = ev_t[order[e]]
-            if tau < m:
-                tau = m
-            while e < nev and ev_t[order[e]] <= tau:
-                z = order[e]
-                v = ev_v[z]
-                before = (old[v] != 0, old[v] + dlt[v] != 0)
-                if ev_new[z]:
-                    dlt[v], ov = add_checked(dlt[v], ev_f[z])
-                    pr, ov2 = mul_checked(ev_f[z], wv[v])
-                    dT, ov3 = add_checked(dT, pr)
-                    if ov or ov2 or ov3:
-                        raise OverflowError("count/sum: a total overflows int64")
-                else:
-                    old[v], ov = add_checked(old[v], ev_f[z])
-                    if ov:
-                        raise OverflowError("count/sum: a count overflows int64")
-                after = (old[v] != 0, old[v] + dlt[v] != 0)
-                dN += (np.int64(after[1]) - np.int64(after[0])) - \
-                      (np.int64(before[1]) - np.int64(before[0]))
-                e += 1
-            if tau < m:
-                continue
-            # The old output at tau.
-            tot_o = np.int64(0)
-            nz_o = np.int64(0)
-            a = o0
-            while a < no:
-                b = a + 1
-                while b < no and o_vals[b, 0] == o_vals[a, 0] and o_vals[b, 1] == o_vals[a, 1]:
-                    b += 1
-                c = np.int64(0)
-                for z in range(a, b):
-                    if o_t[z] <= tau:
-                        c += o_f[z]
-                if c != 0:
-                    tot_o = o_vals[a, 0]
-                    nz_o = o_vals[a, 1]
-                a = b
-            if nm + 1 > due_t.shape[0]:
-                due_t = _grow1(due_t, nm, nm + 1)
-                wmom = _grow1(wmom, nm, nm + 1)
-            due_t[nm] = tau
-            nm += 1
-            tot, ov = add_checked(tot_o, dT)
-            if ov:
-                raise OverflowError("count/sum: a total overflows int64")
-            nz = nz_o + dN
-            if nw + 1 > w_cnt.shape[0]:
-                w_vals = _grow2(w_vals, nw, nw + 1)
-                w_cnt = _grow1(w_cnt, nw, nw + 1)
-            if nz > 0:
-                w_vals[nw, 0] = tot
-                w_vals[nw, 1] = nz
-                w_cnt[nw] = 1
-                nw += 1
-            wmom[nm - 1] = nw
-        if nm == ndue0:
-            # No event at or after m (cannot happen: the new updates are events).
-            pass
-        due_offs[kk + 1] = nm
-    w_offs = np.zeros(nm + 1, np.int64)
-    for i in range(nm):
-        w_offs[i + 1] = wmom[i]
-    return (keys, due_offs, due_t[:nm].reshape((nm, 1)), w_offs, w_vals[:nw], w_cnt[:nw],
-            o_offs, o_vals[:no], o_t[:no].reshape((no, 1)), o_f[:no])
-
-
 @njit(cache=True)
 def _step_reduce(prog, st, n, p, k):
     qbase = _fld(prog, 6)
@@ -2263,30 +1991,15 @@ def _distinct_walk(due_offs, due_t, h_offs, h_t, h_f, o_offs, o_t, o_f):
 
 @njit(cache=True, nogil=True)
 def _step_reduce_agg(prog, st, n, new, kw, vw, is_sum, col):
-    prm = _prm(prog)
-    s_in = prm[prm[n, 0], 1]
-    s_out = prm[n, 1]
-    (keys, due_offs, due_t, w_offs, w_vals, w_cnt, o_offs, o_vals, o_t,
-     o_f) = _reduce_agg(new, st[1][s_in], st[1][s_out], kw, vw, is_sum, col)
-    ck, cv, ct, cf = _corrections_1d(due_offs, due_t, w_offs, w_vals, w_cnt, o_offs, o_vals,
-                                     o_t, o_f)
-    m = cf.shape[0]
-    if m == 0:
-        return
-    data = np.empty((m, kw + 2), np.int64)
-    times = np.zeros((m, 2), np.int64)
-    pd_ = np.empty((m, kw + 1), np.int64)
-    for r in range(m):
-        for x in range(kw):
-            data[r, x] = keys[ck[r], x]
-            pd_[r, x] = keys[ck[r], x]
-        data[r, kw] = cv[r, 0]
-        data[r, kw + 1] = cv[r, 1]
-        pd_[r, kw] = cv[r, 0]
-        times[r, 0] = ct[r]
-    _spine_insert(st[1][s_out], (data, times, cf), st[3][s_out], st[9], s_out)
-    # Consumers see (key, total): rows differing only in nz cancel.
-    _emit(prog, st, n, sort_consolidate(pd_, times, cf))
+    """A count or sum outside loops: its hashed state is st[11][prm[n, 1]]
+    (kernels.rootagg)."""
+    h = _prm(prog)[n, 1]
+    tab, arena, meta = st[11][h]
+    tab, arena, d, t, f = agg_step(tab, arena, meta, new[0], new[1], new[2], kw, vw,
+                                   is_sum, col)
+    st[11][h] = (tab, arena, meta)
+    if f.shape[0]:
+        _emit(prog, st, n, (d, t, f))
 
 
 @njit(cache=True, nogil=True)

@@ -8,7 +8,8 @@ import sys
 import numpy as np
 import pytest
 
-from ddnumba.kernels.runtime import _min_per_iteration, _sort_vt, _time_order
+from ddnumba.kernels.rootagg import _by_time
+from ddnumba.kernels.runtime import _min_per_iteration, _sort_vt
 
 
 def _runs(rng, n_runs, vw, max_len):
@@ -564,7 +565,8 @@ def test_push_and_take_batches_through_entry_points():
 @pytest.mark.parametrize("case", ["random", "sorted", "equal", "one_out_of_place", "empty"])
 def test_time_order_is_a_stable_sort(case):
     # the count/sum reduce visits a key's events in this order: it must be the stable
-    # argsort of the times, whether or not they come in order already
+    # argsort of the times, whether or not they come in order already, for short
+    # groups (insertion sort) and long ones
     rng = np.random.default_rng(4)
     n = 200
     t = {"random": rng.integers(0, 20, n + 5),
@@ -573,6 +575,8 @@ def test_time_order_is_a_stable_sort(case):
          "one_out_of_place": np.r_[np.arange(n - 1), [-1], [7, 7, 7, 7, 7]],
          "empty": np.zeros(5, np.int64)}[case].astype(np.int64)
     m = 0 if case == "empty" else n      # only t[:n] counts (the rest is scratch)
-    got = _time_order(t, m)
-    assert got.dtype == np.int64 or got.dtype == np.intp
-    np.testing.assert_array_equal(got, np.argsort(t[:m], kind="stable"))
+    ts = np.stack([t, np.zeros_like(t)], axis=1)
+    for r, e in ((0, m), (min(3, m), min(23, m)), (min(40, m), min(72, m))):
+        order = np.full(len(t), -1, np.int64)
+        _by_time(ts, r, e, order)
+        np.testing.assert_array_equal(order[:e - r], r + np.argsort(t[r:e], kind="stable"))

@@ -1,0 +1,216 @@
+"""The native engine's count and sum outside loops keep hashed current state
+(kernels.rootagg) instead of traces: checked against a brute-force oracle at every
+time, against the Python engine's update stream, for bounded state, and for
+overflow."""
+import numpy as np
+import pytest
+
+import ddnumba as dd
+from ddnumba.testing import updates_from_table
+
+
+def _want(rows, x):
+    """Per key the count and the sum of ``v`` of the rows accumulated at ``x``."""
+    acc = {}
+    for k, v, t, d in rows:
+        if t <= x:
+            acc[(k, v)] = acc.get((k, v), 0) + d
+    cnt, tot = {}, {}
+    for (k, v), m in acc.items():
+        if m:
+            cnt[k] = cnt.get(k, 0) + m
+            tot[k] = tot.get(k, 0) + m * v
+    return cnt, tot
+
+
+def _got(cap, x):
+    tab = cap.at(x)
+    return dict(zip(tab.column(0).to_pylist(), tab.column(1).to_pylist()))
+
+
+def _program(df):
+    """A count and a sum that only read their arrangement, and a count of ``a``
+    whose arrangement a join also reads (so it keeps its trace)."""
+    a_in, a = df.new_input(["k", "v"])
+    b_in, b = df.new_input(["k", "w"])
+    caps = (a.count().capture(), a.sum("v").capture(), b.count().capture(),
+            b.join(a).count().capture())
+    return a_in, b_in, caps
+
+
+def _stream(rng, runs, keys, per_run, span):
+    """Per run, updates of ``a`` and ``b`` at ``span`` distinct times (some beyond
+    the run's frontier, due a later run), with negative diffs and values."""
+    out = []
+    t = 0
+    for _ in range(runs):
+        ups = []
+        for _side in range(2):
+            n = int(rng.integers(1, per_run))
+            ks = rng.integers(0, keys, n)
+            vs = rng.integers(-4, 5, n)
+            ts = t + rng.integers(0, span + 3, n)       # up to 2 times ahead
+            ds = rng.choice(np.array([-2, -1, 1, 1, 2, 3]), n)
+            ups.append((ks, vs, ts, ds))
+        t += span
+        out.append((ups, t))
+    return out
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_root_count_and_sum_match_the_oracle_at_every_time(seed):
+    rng = np.random.default_rng(seed)
+    stream = _stream(rng, runs=25, keys=9, per_run=40, span=4)
+    df = dd.Dataflow(engine="native")
+    a_in, b_in, (ca, sa, cb, cj) = _program(df)
+    rows_a, rows_b = [], []
+    done = 0
+    for (ua, ub), frontier in stream:
+        a_in.update(*ua[:2], time=ua[2], diff=ua[3])
+        b_in.update(*ub[:2], time=ub[2], diff=ub[3])
+        rows_a += list(zip(*(x.tolist() for x in ua)))
+        rows_b += list(zip(*(x.tolist() for x in ub)))
+        a_in.advance_to(frontier)
+        b_in.advance_to(frontier)
+        df.run()
+        for x in range(done, frontier):
+            want_c, want_s = _want(rows_a, x)
+            assert _got(ca, x) == want_c, x
+            assert _got(sa, x) == want_s, x
+            assert _got(cb, x) == _want(rows_b, x)[0], x
+            # the join's rows: (k, w, v) with multiplicity ma * mb
+            acc_a, acc_b = {}, {}
+            for k, v, t, d in rows_a:
+                if t <= x:
+                    acc_a[(k, v)] = acc_a.get((k, v), 0) + d
+            for k, w, t, d in rows_b:
+                if t <= x:
+                    acc_b[(k, w)] = acc_b.get((k, w), 0) + d
+            want_j = {}
+            for (k, w), mb in acc_b.items():
+                for (k2, v), ma in acc_a.items():
+                    if k2 == k and ma * mb:
+                        want_j[k] = want_j.get(k, 0) + ma * mb
+            assert _got(cj, x) == want_j, x
+        done = frontier
+    df.close()
+
+
+@pytest.mark.parametrize("seed", [4, 5])
+def test_root_count_and_sum_stream_equals_the_python_engines(seed):
+    """Not only the accumulations: the output updates themselves (time by time,
+    consolidated) are the Python engine's."""
+    rng = np.random.default_rng(seed)
+    stream = _stream(rng, runs=15, keys=6, per_run=30, span=3)
+    got = {}
+    for engine in ("native", "python"):
+        df = dd.Dataflow(engine=engine)
+        a_in, b_in, caps = _program(df)
+        for (ua, ub), frontier in stream:
+            a_in.update(*ua[:2], time=ua[2], diff=ua[3])
+            b_in.update(*ub[:2], time=ub[2], diff=ub[3])
+            a_in.advance_to(frontier)
+            b_in.advance_to(frontier)
+            df.run()
+        got[engine] = [sorted(updates_from_table(c.updates())) for c in caps]
+        df.close()
+    assert all(got["native"]), "no output to compare"
+    assert got["native"] == got["python"]
+
+
+def _hashed(eng):
+    """Entries held by the engine's hashed states (the root counts' and sums')."""
+    return int(sum(eng.st[11][h][2][3] for h in range(len(eng.st[11]))))
+
+
+def test_root_count_state_is_current_state_only():
+    """The state holds each key's non-zero values and its output, nothing per time:
+    many runs over the same values leave it as large as after the first; no count or
+    sum keeps an output trace, an arrangement read only by counts and sums keeps no
+    trace (one a join also reads keeps its batches); retracting everything empties
+    the state."""
+    from ddnumba.operators.join import JoinNode
+    df = dd.Dataflow(engine="native")
+    a_in, b_in, (ca, sa, cb, cj) = _program(df)
+    ks, vs = np.arange(1000) % 200, np.arange(1000)
+    a_in.insert(ks, vs, time=0)
+    b_in.insert([7], [1], time=0)
+    a_in.advance_to(1)
+    b_in.advance_to(1)
+    df.run()
+    eng = df._native
+    # `a`: 1,000 (key, value) counts and 200 outputs, in its count's and its sum's
+    # state; `b` and the join (5 rows of key 7): values and an output each
+    assert _hashed(eng) == 2 * (1000 + 200) + (1 + 1) + (5 + 1)
+    first = _hashed(eng)
+    rng = np.random.default_rng(7)
+    for t in range(1, 101):
+        pick = rng.choice(1000, 5, replace=False)
+        a_in.remove(ks[pick], vs[pick], time=t)
+        a_in.insert(ks[pick], vs[pick], time=t + 1)
+        a_in.advance_to(t + 1)
+        b_in.advance_to(t + 1)
+        df.run()
+        assert _got(ca, t) == {k: 5 - int((ks[pick] == k).sum()) for k in range(200)
+                               if 5 - int((ks[pick] == k).sum())}
+    a_in.advance_to(102)
+    b_in.advance_to(102)
+    df.run()
+    assert _got(ca, 101) == {k: 5 for k in range(200)}
+    assert _hashed(eng) == first
+    assert all(what == "arrange" for _, what in eng.spine_owner)
+    traced = {}
+    for s, (node, _) in enumerate(eng.spine_owner):
+        joined = any(isinstance(c, JoinNode) for c, _ in node.consumers)
+        traced.setdefault(joined, []).append(sum(b[2].shape[0] for b in eng.st[1][s]))
+    # a's and b's arrangements (the join reads them) keep traces; the join output's
+    # arrangement (read by a count only) keeps none
+    assert len(traced[True]) == 2 and min(traced[True]) > 0
+    assert traced[False] == [0]
+    a_in.remove(ks, vs, time=102)
+    b_in.remove([7], [1], time=102)
+    a_in.advance_to(103)
+    b_in.advance_to(103)
+    df.run()
+    assert _got(ca, 102) == {} and _got(sa, 102) == {} and _got(cj, 102) == {}
+    assert _hashed(eng) == 0
+    # ... and its emptied rows are dropped (hstate.gc): no table keeps 200 dead keys
+    assert max(eng.st[11][h][2][0] for h in range(len(eng.st[11]))) < 100
+    df.close()
+
+
+def test_root_count_a_total_of_zero_with_values_present():
+    """A key whose values' counts are non-zero but add up to zero has the output
+    ``(key, 0)``; it goes when the values go."""
+    df = dd.Dataflow(engine="native")
+    a_in, c = df.new_input(["k", "v"])
+    cap = c.count().capture()
+    a_in.update([1, 1], [10, 20], time=0, diff=[2, -2])
+    a_in.update([1], [10], time=1, diff=[-2])
+    a_in.update([1], [20], time=2, diff=[2])
+    a_in.advance_to(3)
+    df.run()
+    assert _got(cap, 0) == {1: 0}
+    assert _got(cap, 1) == {1: -2}
+    assert _got(cap, 2) == {}
+    df.close()
+
+
+@pytest.mark.parametrize("what", ["count", "sum"])
+def test_root_count_and_sum_overflow_raise(what):
+    df = dd.Dataflow(engine="native")
+    a_in, c = df.new_input(["k", "v"])
+    cap = (c.count() if what == "count" else c.sum("v")).capture()
+    big = 2 ** 62
+    a_in.update([1], [1], time=0, diff=[big])
+    a_in.advance_to(1)
+    df.run()
+    assert _got(cap, 0) == {1: big}
+    if what == "count":
+        a_in.update([1], [4], time=1, diff=[big])      # the total overflows
+    else:
+        a_in.update([1], [big], time=1, diff=[2])      # value times count overflows
+    a_in.advance_to(2)
+    with pytest.raises(OverflowError, match="overflows int64"):
+        df.run()
+    df.close()
