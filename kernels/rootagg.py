@@ -4,35 +4,49 @@ Outside loops the native engine's times are one coordinate, and an arrangement o
 passes on updates at times its frontier has closed. When a ``count`` or ``sum`` steps,
 every update it has seen before is therefore at a time earlier than every update of
 the new batch: for this batch all of them are "now". So the operator needs no trace:
-per key, the current count of every value with a non-zero count, and the current
-output (the total, present while some value's count is non-zero), are all it reads.
+the current count of every ``(key, vals)`` present, and per key its current total and
+number of values present (the key has an output while that is positive), are all it
+reads.
 
-They are kept in a hashed state (:mod:`ddnumba.kernels.hstate`, as sequential loops
-keep theirs): one row per key (tag :data:`TAG`), block 0 the entries ``(vals, 0,
-count)`` sorted by vals (no zero counts, so its length is the number of non-zero
-values), block 1 the output: one entry ``(total, 0, 1)``, or none while the key has no
-output. A batch costs a lookup per key and a bisection per touched value, whatever
-the history behind them; the trace-based path (``runtime._reduce_agg``) looked every
-touched value up in every batch of the input's and the output's traces, and kept both
-traces merged.
+They are kept in two open-addressing hash tables with linear probing (the state's
+``(tab, arena, meta)`` in the runtime's list of hashed states, laid out differently
+from :mod:`ddnumba.kernels.hstate`'s):
 
-A step reads every key of the batch and computes its corrections first, then writes
-the new counts and outputs (:func:`~kernels.hstate.insert_delta`), so a batch whose
-sums overflow raises before the state is touched.
+* ``tab[cap, max(kw + vw, 1) + 1]``, the values: the data row (padded) and its count.
+  A count is never zero, so a zero count marks an empty slot;
+* ``arena[kcap, max(kw, 1) + 2]``, the keys: the key (padded), its number of values
+  present (never zero either: the empty mark) and its total.
+
+A touched value costs one probe (its count is read and rewritten in one visit), and
+so does a key, whatever the history behind them; a group of a million values costs no
+more per change than a group of one (a block per key, as the loops keep, would move a
+whole group's entries to insert one). Deleting
+shifts the following entries of the probe run back (no tombstones), so the tables hold
+the live state only; they grow by 3/2 or 4/3 when 3/4 full and shrink when less than
+1/8 full, and both are sized for a whole batch before it is applied, so a load grows
+them once.
+
+A batch that overflows raises part-way, with some keys written: the dataflow then
+refuses further runs (``Dataflow.run``), as for every error inside a run.
 """
 import numpy as np
 from numba import njit
 
 from .batch import sort_consolidate
-from .hstate import RW_EXTRA, _cmp_entry, _find, blen, gc, insert_delta
+from .hooks import alloc2d, release_rows
+from .hstate import _hash, _move_step, _slot, _table_cap
 from .rows import add_checked, mul_checked
 
-__all__ = ["agg_step", "TAG"]
+__all__ = ["agg_step", "M_VALUES", "M_KEYS"]
 
-TAG = 1        # the state's only trace
+# meta words (the runtime's hashed-state counters; index 3 is read as its records)
+M_VALUES = 3    # values present (rows of tab)
+M_KEYS = 0      # keys with an output (rows of arena)
+M_INIT = 1      # 1 once the tables have this module's layout
 
 _MSG_COUNT = "count/sum: a count overflows int64"
 _MSG_TOTAL = "count/sum: a total overflows int64"
+_MIN_SLOTS = 16
 
 
 @njit(cache=True, nogil=True)
@@ -47,25 +61,87 @@ def _same(a, i, b, j, w):
 
 
 @njit(cache=True, nogil=True)
-def _old_count(tab, arena, row, nd, x, kw, vw):
-    """The count of the values of ``nd[x, kw:kw + vw]`` in block 0 of ``row`` (0 when
-    absent): a bisection of the block, sorted by vals."""
-    if row < 0:
-        return np.int64(0)
-    KW = tab.shape[1] - RW_EXTRA
-    off = tab[row, KW + 1]
-    lo = np.int64(0)
-    hi = blen(tab, row, 0)
-    n = hi
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if _cmp_entry(arena, off + mid, nd, x, kw, vw, 0) < 0:
-            lo = mid + 1
+def _probe(t, src, i, w):
+    """The slot of ``src[i, :w]`` in table ``t`` (rows: ``w`` data words, then values
+    whose first word is non-zero in a used slot), or ``-1 - slot`` of the empty slot
+    where it would go."""
+    cap = t.shape[0]
+    b = _slot(_hash(src, i, 0, w, w), cap)
+    while True:
+        if t[b, w] == 0:
+            return -1 - b
+        same = True
+        for c in range(w):
+            if t[b, c] != src[i, c]:
+                same = False
+                break
+        if same:
+            return b
+        b += 1
+        if b == cap:
+            b = 0
+
+
+@njit(cache=True, nogil=True)
+def _delete(t, b, w):
+    """Empty slot ``b`` of table ``t`` (keys of ``w`` words, the word after them
+    non-zero in used slots), shifting later entries of its probe run back so that
+    every entry stays reachable from its home slot."""
+    cap = t.shape[0]
+    W = t.shape[1]
+    i = b
+    j = b
+    while True:
+        j += 1
+        if j == cap:
+            j = 0
+        if t[j, w] == 0:
+            break
+        h = _slot(_hash(t, j, 0, w, w), cap)
+        # the entry at j may move to i unless its home lies cyclically in (i, j]
+        if i <= j:
+            stays = i < h <= j
         else:
-            hi = mid
-    if lo < n and _cmp_entry(arena, off + lo, nd, x, kw, vw, 0) == 0:
-        return arena[off + lo, arena.shape[1] - 1]
-    return np.int64(0)
+            stays = h > i or h <= j
+        if not stays:
+            for c in range(W):
+                t[i, c] = t[j, c]
+            i = j
+    for c in range(W):
+        t[i, c] = 0
+
+
+@njit(cache=True, nogil=True)
+def _resized(t, w, used, more):
+    """``t``, or its entries in a new table, so that ``used + more`` entries fit at a
+    load of at most 3/4 and, when it shrank to ``used``, at least 1/8."""
+    cap = t.shape[0]
+    want = used + more
+    if want * 4 <= cap * 3 and (want * 8 >= cap or cap <= _MIN_SLOTS):
+        return t
+    ncap = max(np.int64(_MIN_SLOTS), _table_cap(want))
+    if ncap == cap:
+        return t
+    out = alloc2d(ncap, t.shape[1], True)
+    W = t.shape[1]
+    step = _move_step(t)
+    r0 = np.int64(0)
+    while r0 < cap:
+        r1 = min(cap, r0 + step)
+        for r in range(r0, r1):
+            if t[r, w] == 0:
+                continue
+            b = _slot(_hash(t, r, 0, w, w), ncap)
+            while out[b, w] != 0:
+                b += 1
+                if b == ncap:
+                    b = 0
+            for c in range(W):
+                out[b, c] = t[r, c]
+        if step < cap:
+            release_rows(t, r0, r1)
+        r0 = r1
+    return out
 
 
 @njit(cache=True, nogil=True)
@@ -95,33 +171,39 @@ def _by_time(ts, r, e, order):
             order[i] = r + o[i]
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _out_row(d1, n1, nd, r, kw, total, diff):
-    """Append the block-1 write ``(0, diff, key of nd[r], total)``; returns the count."""
-    d1[n1, 1] = diff
-    for c in range(kw):
-        d1[n1, 2 + c] = nd[r, c]
-    d1[n1, 2 + kw] = total
-    return n1 + 1
-
-
 @njit(cache=True, nogil=True)
 def agg_step(tab, arena, meta, nd, nt, nf, kw, vw, is_sum, col):
     """Step a count (``is_sum`` false) or a sum of value column ``col`` over the new
     updates ``(nd, nt, nf)``: rows ``(key[kw], vals[vw])`` sorted by data, times
     ``(t, 0)`` all later than everything the state holds.
 
-    Returns ``(tab, arena, data, times, diffs)``: the state's arrays (new ones when
-    they grew) and the output's changes, rows ``(key, total)`` sorted and
-    consolidated. Raises ``OverflowError`` before changing the state when a count or
-    a total leaves int64."""
+    Returns ``(tab, arena, data, times, diffs)``: the state's tables (new ones when
+    they were made, grew or shrank) and the output's changes, rows ``(key, total)``
+    sorted and consolidated. Raises ``OverflowError`` when a count or a total leaves
+    int64."""
     n = nf.shape[0]
     w = kw + vw
-    KW = tab.shape[1] - RW_EXTRA
-    # per touched value (indexed like the rows of its first update): count before,
-    # count now, weight; per row: the touched value's index
+    W = max(w, 1)
+    KW = max(kw, 1)
+    if meta[M_INIT] == 0:
+        tab = np.zeros((_MIN_SLOTS, W + 1), np.int64)
+        arena = np.zeros((_MIN_SLOTS, KW + 2), np.int64)
+        meta[M_VALUES] = 0
+        meta[M_KEYS] = 0
+        meta[M_INIT] = 1
+    # room for every value and key of the batch, once
+    nk = np.int64(0)
+    nv = np.int64(0)
+    for x in range(n):
+        if x == 0 or not _same(nd, x - 1, nd, x, w):
+            nv += 1
+            if x == 0 or not _same(nd, x - 1, nd, x, kw):
+                nk += 1
+    tab = _resized(tab, W, meta[M_VALUES], nv)
+    arena = _resized(arena, KW, meta[M_KEYS], nk)
+    # per touched value (indexed like the rows of its first update): its count and
+    # weight; per row: the touched value's index
     cnt = np.empty(n, np.int64)
-    dsum = np.empty(n, np.int64)
     wv = np.empty(n, np.int64)
     vof = np.empty(n, np.int64)
     order = np.empty(n, np.int64)
@@ -131,41 +213,58 @@ def agg_step(tab, arena, meta, nd, nt, nf, kw, vw, is_sum, col):
     o_t = np.empty(2 * n, np.int64)
     o_f = np.empty(2 * n, np.int64)
     no = np.int64(0)
-    # the writes, rows (0, diff, key, vals) for block 0 and (0, diff, key, total) for
-    # block 1, both in key order
-    d0 = np.zeros((n, 2 + kw + max(vw, 1)), np.int64)
-    n0 = np.int64(0)
-    d1 = np.zeros((2 * n, 3 + kw), np.int64)
-    n1 = np.int64(0)
+    kkey = np.zeros((1, KW), np.int64)      # the key, padded (a key of no columns)
+    vrow = np.zeros((1, W), np.int64)       # a data row, padded (no columns at all)
     r = np.int64(0)
     while r < n:
         e = r + 1
         while e < n and _same(nd, r, nd, e, kw):
             e += 1
-        row = _find(tab, TAG, nd, r, 0, kw)
-        had = False
+        for c in range(kw):
+            kkey[0, c] = nd[r, c]
+        ks = _probe(arena, kkey, 0, KW)
         tot = np.int64(0)
         nz = np.int64(0)
-        if row >= 0:
-            nz = blen(tab, row, 0)
-            if blen(tab, row, 1) > 0:
-                had = True
-                tot = arena[tab[row, KW + 3], 0]
-        # touched values: their counts before the batch
+        if ks >= 0:
+            nz = arena[ks, KW]
+            tot = arena[ks, KW + 1]
+        had = nz > 0
+        # touched values: their counts before the batch kept for the walk below, and
+        # their counts after it written at once (one probe a value)
         x = r
         while x < e:
             y = x + 1
+            ds = nf[x]
             while y < e and _same(nd, x, nd, y, w):
+                ds, ov = add_checked(ds, nf[y])
+                if ov:
+                    raise OverflowError(_MSG_COUNT)
                 y += 1
-            cnt[x] = _old_count(tab, arena, row, nd, x, kw, vw)
-            dsum[x] = 0
+            for c in range(w):
+                vrow[0, c] = nd[x, c]
+            vs = _probe(tab, vrow, 0, W)
+            old = tab[vs, W] if vs >= 0 else np.int64(0)
+            cnt[x] = old
             wv[x] = nd[x, kw + col] if is_sum else np.int64(1)
             for z in range(x, y):
                 vof[z] = x
+            if ds != 0:
+                new, ov = add_checked(old, ds)
+                if ov:
+                    raise OverflowError(_MSG_COUNT)
+                if new == 0:
+                    _delete(tab, vs, W)
+                    meta[M_VALUES] -= 1
+                else:
+                    if vs < 0:
+                        vs = -1 - vs
+                        for c in range(W):
+                            tab[vs, c] = vrow[0, c]
+                        meta[M_VALUES] += 1
+                    tab[vs, W] = new
             x = y
         # the key's updates in time order; the output after each distinct time
         _by_time(nt, r, e, order)
-        tot0 = tot
         pres = had          # the output as emitted so far: present, and its total
         prev = tot
         i = np.int64(0)
@@ -178,12 +277,10 @@ def agg_step(tab, arena, meta, nd, nt, nf, kw, vw, is_sum, col):
                 f = nf[z]
                 c = cnt[v]
                 c2, o1 = add_checked(c, f)
-                s2, o2 = add_checked(dsum[v], f)
-                if o1 or o2:
+                if o1:
                     raise OverflowError(_MSG_COUNT)
                 nz += np.int64(c2 != 0) - np.int64(c != 0)
                 cnt[v] = c2
-                dsum[v] = s2
                 pr, o3 = mul_checked(f, wv[v])
                 tot, o4 = add_checked(tot, pr)
                 if o3 or o4:
@@ -205,28 +302,22 @@ def agg_step(tab, arena, meta, nd, nt, nf, kw, vw, is_sum, col):
                     no += 1
                 pres = now
                 prev = tot
-        # the writes: each touched value's net change; the output entry replaced
-        for x in range(r, e):
-            if vof[x] == x and dsum[x] != 0:
-                d0[n0, 1] = dsum[x]
-                for c in range(w):
-                    d0[n0, 2 + c] = nd[x, c]
-                n0 += 1
-        gone = had and (not pres or prev != tot0)
-        new = pres and (not had or prev != tot0)
-        if gone and new and prev < tot0:
-            n1 = _out_row(d1, n1, nd, r, kw, prev, 1)
-            new = False
-        if gone:
-            n1 = _out_row(d1, n1, nd, r, kw, tot0, -1)
-        if new:
-            n1 = _out_row(d1, n1, nd, r, kw, prev, 1)
+        # the key's number of values and total
+        if nz > 0:
+            if ks < 0:
+                ks = -1 - ks
+                for c in range(KW):
+                    arena[ks, c] = kkey[0, c]
+                meta[M_KEYS] += 1
+            arena[ks, KW] = nz
+            arena[ks, KW + 1] = tot
+        elif ks >= 0:
+            _delete(arena, ks, KW)
+            meta[M_KEYS] -= 1
         r = e
-    if n0:
-        tab, arena = insert_delta(tab, arena, meta, TAG, 0, d0, n0, kw, vw, 0, _MSG_COUNT)
-    if n1:
-        tab, arena = insert_delta(tab, arena, meta, TAG, 1, d1, n1, kw, 1, 0, _MSG_TOTAL)
-    tab, arena = gc(tab, arena, meta)
+    # shrink what mass deletions left mostly empty
+    tab = _resized(tab, W, meta[M_VALUES], 0)
+    arena = _resized(arena, KW, meta[M_KEYS], 0)
     data = np.empty((no, kw + 1), np.int64)
     times = np.zeros((no, 2), np.int64)
     for q in range(no):

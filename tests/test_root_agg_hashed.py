@@ -139,9 +139,9 @@ def test_root_count_state_is_current_state_only():
     b_in.advance_to(1)
     df.run()
     eng = df._native
-    # `a`: 1,000 (key, value) counts and 200 outputs, in its count's and its sum's
-    # state; `b` and the join (5 rows of key 7): values and an output each
-    assert _hashed(eng) == 2 * (1000 + 200) + (1 + 1) + (5 + 1)
+    # `a`: 1,000 (key, value) counts in its count's and its sum's state; `b`: one,
+    # the join: 5 (the rows of key 7)
+    assert _hashed(eng) == 2 * 1000 + 1 + 5
     first = _hashed(eng)
     rng = np.random.default_rng(7)
     for t in range(1, 101):
@@ -174,8 +174,10 @@ def test_root_count_state_is_current_state_only():
     df.run()
     assert _got(ca, 102) == {} and _got(sa, 102) == {} and _got(cj, 102) == {}
     assert _hashed(eng) == 0
-    # ... and its emptied rows are dropped (hstate.gc): no table keeps 200 dead keys
-    assert max(eng.st[11][h][2][0] for h in range(len(eng.st[11]))) < 100
+    # ... and the tables shrank back: none keeps the slots of 1,000 values gone
+    states = [eng.st[11][eng.prm[i, 1]] for i in eng.agg_nodes]
+    assert len(states) == 4
+    assert max(max(s[0].shape[0], s[1].shape[0]) for s in states) <= 16
     df.close()
 
 
@@ -214,3 +216,89 @@ def test_root_count_and_sum_overflow_raise(what):
     with pytest.raises(OverflowError, match="overflows int64"):
         df.run()
     df.close()
+
+
+def _oracle_changes(before, after, t):
+    """The output changes at ``t`` from the per-(key, vals) counts ``before`` to
+    ``after`` (dicts), for a count (``vals`` ignored) and a sum of ``vals[0]``."""
+    def outputs(acc, is_sum):
+        out = {}
+        for (k, *v), m in acc.items():
+            if m:
+                out[k] = out.get(k, 0) + (m * v[0] if is_sum else m)
+        return out
+    res = []
+    for is_sum in (False, True):
+        b, a = outputs(before, is_sum), outputs(after, is_sum)
+        ch = {}
+        for k, tot in b.items():
+            ch[(k, tot)] = ch.get((k, tot), 0) - 1
+        for k, tot in a.items():
+            ch[(k, tot)] = ch.get((k, tot), 0) + 1
+        res.append({(k, tot, t): d for (k, tot), d in ch.items() if d})
+    return res
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_agg_step_against_brute_force(seed):
+    """The kernel alone, batch after batch (several times each, values that come and
+    go, tiny domains so that probe runs collide and deletions shift entries), for a
+    count and a sum: its output changes are the brute-force changes of the totals at
+    every time, and after every batch each live value is found where it is probed,
+    with its count, each key with its number of values and total, and no other slot
+    is used."""
+    from ddnumba.kernels.hstate import new_meta
+    from ddnumba.kernels.rootagg import M_KEYS, M_VALUES, _probe, agg_step
+    rng = np.random.default_rng(seed)
+    states = [[np.zeros((16, 7), np.int64), np.zeros((64, 3), np.int64), new_meta(1, 1)]
+              for _ in range(2)]
+    acc = {}
+    t0 = 0
+    for b in range(60):
+        n = int(rng.integers(1, 30))
+        nd = np.stack([rng.integers(0, 6, n), rng.integers(-3, 5, n)], axis=1)
+        nt = np.zeros((n, 2), np.int64)
+        nt[:, 0] = t0 + rng.integers(0, 4, n)
+        nf = rng.choice(np.array([-2, -1, 1, 2]), n)
+        if b % 5 == 4:
+            # every value of two keys retracted (at times of their own): keys vanish
+            gone = [(kv, m) for kv, m in acc.items() if m and kv[0] in
+                    rng.choice(6, 2, replace=False)]
+            if gone:
+                nd = np.concatenate([nd, np.array([kv for kv, _ in gone])])
+                nt = np.concatenate([nt, np.stack(
+                    [t0 + rng.integers(0, 4, len(gone)), np.zeros(len(gone), int)], 1)])
+                nf = np.concatenate([nf, [-m for _, m in gone]])
+        o = np.lexsort((nt[:, 0], nd[:, 1], nd[:, 0]))
+        nd, nt, nf = nd[o].astype(np.int64), nt[o], nf[o].astype(np.int64)
+        want = [{}, {}]
+        for t in range(t0, t0 + 4):
+            before = dict(acc)
+            for (k, v), tt, f in zip(nd.tolist(), nt[:, 0].tolist(), nf.tolist()):
+                if tt == t:
+                    acc[(k, v)] = acc.get((k, v), 0) + f
+            for i, ch in enumerate(_oracle_changes(before, acc, t)):
+                want[i].update(ch)
+        for i, st in enumerate(states):
+            tab, arena, d, tt, f = agg_step(st[0], st[1], st[2], nd, nt, nf, 1, 1, i == 1, 0)
+            st[0], st[1] = tab, arena
+            got = {(int(r[0]), int(r[1]), int(x)): int(y)
+                   for r, x, y in zip(d, tt[:, 0], f)}
+            assert got == want[i], (i, t0)
+            live = {kv: m for kv, m in acc.items() if m}
+            assert st[2][M_VALUES] == len(live)
+            assert int((tab[:, 2] != 0).sum()) == len(live)
+            for (k, v), m in live.items():
+                s = _probe(tab, np.array([[k, v]], np.int64), 0, 2)
+                assert s >= 0 and tab[s, 2] == m, (k, v)
+            # keys: (key, values present, total)
+            keys = {}
+            for (k, v), m in live.items():
+                nz, tot = keys.get(k, (0, 0))
+                keys[k] = (nz + 1, tot + (m * v if i == 1 else m))
+            assert st[2][M_KEYS] == len(keys)
+            assert int((arena[:, 1] != 0).sum()) == len(keys)
+            for k, (nz, tot) in keys.items():
+                s = _probe(arena, np.array([[k]], np.int64), 0, 1)
+                assert s >= 0 and tuple(arena[s, 1:3]) == (nz, tot), k
+        t0 += 4
