@@ -343,6 +343,21 @@ def free_chunks(arena, meta):
 # ------------------------------------------------------------------------ growth
 
 
+@njit(cache=True, nogil=True, inline="always")
+def place_row(out, src, r, c0, kw, mark):
+    """Copy row ``r`` of ``src`` into open-addressing table ``out`` (same width): to
+    the first free slot, probing linearly from the home slot of its key ``src[r, c0:c0
+    + kw]``; a free slot has a zero in column ``mark``."""
+    cap = out.shape[0]
+    b = _slot(_hash(src, r, c0, kw, kw), cap)
+    while out[b, mark] != 0:
+        b += 1
+        if b == cap:
+            b = 0
+    for c in range(src.shape[1]):
+        out[b, c] = src[r, c]
+
+
 @njit(cache=True, nogil=True)
 def _rehash(tab, cap, step, drop_empty=False):
     """``tab``'s rows in a table of ``cap`` slots, without the rows
@@ -360,13 +375,7 @@ def _rehash(tab, cap, step, drop_empty=False):
                 continue
             if drop_empty and blen(tab, r, 0) == 0 and blen(tab, r, 1) == 0:
                 continue
-            b = _slot(_hash(tab, r, 1, KW, KW), cap)
-            while out[b, 0] != 0:
-                b += 1
-                if b == cap:
-                    b = 0
-            for c in range(tab.shape[1]):
-                out[b, c] = tab[r, c]
+            place_row(out, tab, r, 1, KW, 0)
         if step < n:
             release_rows(tab, r0, r1)
         r0 = r1

@@ -34,7 +34,7 @@ from numba import njit
 
 from .batch import sort_consolidate
 from .hooks import alloc2d, release_rows
-from .hstate import _hash, _move_step, _slot, _table_cap
+from .hstate import _hash, _move_step, _slot, _table_cap, place_row
 from .rows import add_checked, mul_checked
 
 __all__ = ["agg_step", "M_VALUES", "M_KEYS"]
@@ -83,6 +83,20 @@ def _probe(t, src, i, w):
 
 
 @njit(cache=True, nogil=True)
+def _claim(t, s, key, w, meta, m):
+    """The slot of :func:`_probe`'s result ``s``: ``s`` when the key was found, else
+    the empty slot ``-1 - s``, which takes ``key[0, :w]`` and is counted in
+    ``meta[m]`` (the caller writes the values)."""
+    if s >= 0:
+        return s
+    s = -1 - s
+    for c in range(w):
+        t[s, c] = key[0, c]
+    meta[m] += 1
+    return s
+
+
+@njit(cache=True, nogil=True)
 def _delete(t, b, w):
     """Empty slot ``b`` of table ``t`` (keys of ``w`` words, the word after them
     non-zero in used slots), shifting later entries of its probe run back so that
@@ -123,25 +137,28 @@ def _resized(t, w, used, more):
     if ncap == cap:
         return t
     out = alloc2d(ncap, t.shape[1], True)
-    W = t.shape[1]
     step = _move_step(t)
     r0 = np.int64(0)
     while r0 < cap:
         r1 = min(cap, r0 + step)
         for r in range(r0, r1):
-            if t[r, w] == 0:
-                continue
-            b = _slot(_hash(t, r, 0, w, w), ncap)
-            while out[b, w] != 0:
-                b += 1
-                if b == ncap:
-                    b = 0
-            for c in range(W):
-                out[b, c] = t[r, c]
+            if t[r, w] != 0:
+                place_row(out, t, r, 0, w, w)
         if step < cap:
             release_rows(t, r0, r1)
         r0 = r1
     return out
+
+
+@njit(cache=True, nogil=True)
+def _put_out(outs, no, r, total, tau, diff):
+    """Append the correction ``(key of row r, total)`` at ``tau`` with ``diff`` to
+    ``outs``; returns the new count."""
+    outs[no, 0] = r
+    outs[no, 1] = total
+    outs[no, 2] = tau
+    outs[no, 3] = diff
+    return no + 1
 
 
 @njit(cache=True, nogil=True)
@@ -208,10 +225,7 @@ def agg_step(tab, arena, meta, nd, nt, nf, kw, vw, is_sum, col):
     vof = np.empty(n, np.int64)
     order = np.empty(n, np.int64)
     # corrections (key row, total, time, diff): at most two per row
-    o_row = np.empty(2 * n, np.int64)
-    o_tot = np.empty(2 * n, np.int64)
-    o_t = np.empty(2 * n, np.int64)
-    o_f = np.empty(2 * n, np.int64)
+    outs = np.empty((2 * n, 4), np.int64)
     no = np.int64(0)
     kkey = np.zeros((1, KW), np.int64)      # the key, padded (a key of no columns)
     vrow = np.zeros((1, W), np.int64)       # a data row, padded (no columns at all)
@@ -256,11 +270,7 @@ def agg_step(tab, arena, meta, nd, nt, nf, kw, vw, is_sum, col):
                     _delete(tab, vs, W)
                     meta[M_VALUES] -= 1
                 else:
-                    if vs < 0:
-                        vs = -1 - vs
-                        for c in range(W):
-                            tab[vs, c] = vrow[0, c]
-                        meta[M_VALUES] += 1
+                    vs = _claim(tab, vs, vrow, W, meta, M_VALUES)
                     tab[vs, W] = new
             x = y
         # the key's updates in time order; the output after each distinct time
@@ -289,26 +299,14 @@ def agg_step(tab, arena, meta, nd, nt, nf, kw, vw, is_sum, col):
             now = nz > 0
             if now != pres or (now and tot != prev):
                 if pres:
-                    o_row[no] = r
-                    o_tot[no] = prev
-                    o_t[no] = tau
-                    o_f[no] = -1
-                    no += 1
+                    no = _put_out(outs, no, r, prev, tau, -1)
                 if now:
-                    o_row[no] = r
-                    o_tot[no] = tot
-                    o_t[no] = tau
-                    o_f[no] = 1
-                    no += 1
+                    no = _put_out(outs, no, r, tot, tau, 1)
                 pres = now
                 prev = tot
         # the key's number of values and total
         if nz > 0:
-            if ks < 0:
-                ks = -1 - ks
-                for c in range(KW):
-                    arena[ks, c] = kkey[0, c]
-                meta[M_KEYS] += 1
+            ks = _claim(arena, ks, kkey, KW, meta, M_KEYS)
             arena[ks, KW] = nz
             arena[ks, KW + 1] = tot
         elif ks >= 0:
@@ -320,10 +318,12 @@ def agg_step(tab, arena, meta, nd, nt, nf, kw, vw, is_sum, col):
     arena = _resized(arena, KW, meta[M_KEYS], 0)
     data = np.empty((no, kw + 1), np.int64)
     times = np.zeros((no, 2), np.int64)
+    diffs = np.empty(no, np.int64)
     for q in range(no):
         for c in range(kw):
-            data[q, c] = nd[o_row[q], c]
-        data[q, kw] = o_tot[q]
-        times[q, 0] = o_t[q]
-    d, t, f = sort_consolidate(data, times, o_f[:no].copy())
+            data[q, c] = nd[outs[q, 0], c]
+        data[q, kw] = outs[q, 1]
+        times[q, 0] = outs[q, 2]
+        diffs[q] = outs[q, 3]
+    d, t, f = sort_consolidate(data, times, diffs)
     return tab, arena, d, t, f
