@@ -433,7 +433,7 @@ class NativeEngine:
                 pend_w.append(node.kw + 1)
                 seq = group > 0 and self.sequential[group - 1]
                 if prm[i, 8] == 1:
-                    pass
+                    pass        # no trace at all (kernels.rootagg)
                 elif not seq and \
                         [c for c, _ in node.arranged.consumers] == [node]:
                     # The reduce is its arrangement's only reader: input and output
@@ -577,10 +577,10 @@ class NativeEngine:
 
     def _state_widths(self, order, kind, prm, scope_of, n_loops):
         """The key and value widths of every hashed state: per loop the widest of its
-        traces (used when it runs sequentially), then one per root-scope count/sum."""
+        traces (used when it runs sequentially), then a placeholder per root-scope
+        count/sum (kernels.rootagg makes its own tables at its first step)."""
         kv = self._loop_widths(order, kind, prm, scope_of, n_loops)
-        agg = np.array([[max(int(prm[i, 3]), 1), max(int(prm[i, 4]), 1)]
-                        for i in self.agg_nodes], _I64).reshape(-1, 2)
+        agg = np.ones((len(self.agg_nodes), 2), _I64)
         return np.ascontiguousarray(np.concatenate([kv, agg]))
 
     def _loop_widths(self, order, kind, prm, scope_of, n_loops):
