@@ -147,3 +147,18 @@ def oracle_mismatches(inputs, outputs, logic, times, keys):
             if expected != got:
                 bad.append((key, g, expected, got))
     return bad
+
+
+def count_and_sum_at(rows, x):
+    """Per key, the count and the sum of the value of the ``(key, value, time, diff)``
+    rows accumulated at the 1-D time ``x`` (keys without a value present omitted)."""
+    acc = {}
+    for k, v, t, d in rows:
+        if t <= x:
+            acc[(k, v)] = acc.get((k, v), 0) + d
+    cnt, tot = {}, {}
+    for (k, v), m in acc.items():
+        if m:
+            cnt[k] = cnt.get(k, 0) + m
+            tot[k] = tot.get(k, 0) + m * v
+    return cnt, tot

@@ -8,19 +8,7 @@ import pytest
 import ddnumba as dd
 from ddnumba.testing import updates_from_table
 
-
-def _want(rows, x):
-    """Per key the count and the sum of ``v`` of the rows accumulated at ``x``."""
-    acc = {}
-    for k, v, t, d in rows:
-        if t <= x:
-            acc[(k, v)] = acc.get((k, v), 0) + d
-    cnt, tot = {}, {}
-    for (k, v), m in acc.items():
-        if m:
-            cnt[k] = cnt.get(k, 0) + m
-            tot[k] = tot.get(k, 0) + m * v
-    return cnt, tot
+from reference_reduce import count_and_sum_at
 
 
 def _got(cap, x):
@@ -74,10 +62,10 @@ def test_root_count_and_sum_match_the_oracle_at_every_time(seed):
         b_in.advance_to(frontier)
         df.run()
         for x in range(done, frontier):
-            want_c, want_s = _want(rows_a, x)
+            want_c, want_s = count_and_sum_at(rows_a, x)
             assert _got(ca, x) == want_c, x
             assert _got(sa, x) == want_s, x
-            assert _got(cb, x) == _want(rows_b, x)[0], x
+            assert _got(cb, x) == count_and_sum_at(rows_b, x)[0], x
             # the join's rows: (k, w, v) with multiplicity ma * mb
             acc_a, acc_b = {}, {}
             for k, v, t, d in rows_a:

@@ -5,6 +5,8 @@ import pytest
 
 import ddnumba as dd
 
+from reference_reduce import count_and_sum_at
+
 
 @pytest.mark.parametrize("seed", [11, 12])
 def test_root_count_and_sum_over_indexed_trace_batches(seed):
@@ -39,17 +41,8 @@ def test_root_count_and_sum_over_indexed_trace_batches(seed):
             if t % 4 == 0:
                 cnt.compact(t - 2)
                 sm.compact(t - 2)
-            arr = np.array(rows, np.int64)
             for x in range(max(0, t - 2), t + 1):
-                live = arr[arr[:, 2] <= x]
-                acc = {}
-                for k, v, _, d in live:
-                    acc[(k, v)] = acc.get((k, v), 0) + d
-                want_c, want_s = {}, {}
-                for (k, v), m in acc.items():
-                    if m:
-                        want_c[k] = want_c.get(k, 0) + m
-                        want_s[k] = want_s.get(k, 0) + m * v
+                want_c, want_s = count_and_sum_at(rows, x)
                 got_c = cnt.at(x)
                 got_s = sm.at(x)
                 assert dict(zip(got_c.column("k").to_pylist(),
