@@ -366,7 +366,7 @@ class NativeEngine:
         self.spine_owner = []         # (node, "arrange" | "reduce")
         n_held = 0
         pend_w = []
-        agg_nodes = []                # root-scope count/sum (hashed state)
+        agg_nodes = []                # root-scope count/sum/distinct (hashed state)
         inputs = {id(h): i for i, h in enumerate(df.inputs)}
         for i, node in enumerate(order):
             group = int(scope_of[i]) + 1
@@ -424,10 +424,10 @@ class NativeEngine:
                 else:
                     prm[i, 6] = _rt.LOGIC[spec[0]]
                     prm[i, 7] = int(spec[1])
-                    if spec[0] in ("count", "sum") and group == 0:
-                        # Outside loops: count/sum over hashed current state, no
-                        # output trace (kernels.rootagg); prm[i, 1] becomes the index
-                        # of its state in st[11], after the loops' (set below).
+                    if spec[0] in ("count", "sum", "distinct") and group == 0:
+                        # Outside loops: count/sum/distinct over hashed current state,
+                        # no output trace (kernels.rootagg); prm[i, 1] becomes the
+                        # index of its state in st[11], after the loops' (set below).
                         prm[i, 8] = 1
                         agg_nodes.append(i)
                 pend_w.append(node.kw + 1)
@@ -508,7 +508,7 @@ class NativeEngine:
         for i, node in enumerate(order):
             if kind[i] == _rt.K_ARRANGE and node.consumers and \
                     all(ids[id(c)] in agg for c, _ in node.consumers):
-                prm[i, 6] = 1       # read by root counts/sums only: it keeps no trace
+                prm[i, 6] = 1       # read by root counts/sums/distincts only: no trace
         self.agg_nodes = agg_nodes
         root_order = np.array([ids[id(n)] for n in root], _I64)
         lo_offs = np.zeros(L_ + 1, _I64)
@@ -578,7 +578,7 @@ class NativeEngine:
     def _state_widths(self, order, kind, prm, scope_of, n_loops):
         """The key and value widths of every hashed state: per loop the widest of its
         traces (used when it runs sequentially), then a placeholder per root-scope
-        count/sum (kernels.rootagg makes its own tables at its first step)."""
+        count/sum/distinct (kernels.rootagg makes its own tables at its first step)."""
         kv = self._loop_widths(order, kind, prm, scope_of, n_loops)
         agg = np.ones((len(self.agg_nodes), 2), _I64)
         return np.ascontiguousarray(np.concatenate([kv, agg]))

@@ -1,4 +1,4 @@
-"""Counts and sums outside loops over hashed state.
+"""Counts, sums and distincts outside loops over hashed state.
 
 Outside loops the native engine's times are one coordinate, and an arrangement only
 passes on updates at times its frontier has closed. When a ``count`` or ``sum`` steps,
@@ -26,6 +26,11 @@ the live state only; they grow by 3/2 or 4/3 when 3/4 full and shrink when less 
 1/8 full, and both are sized for a whole batch before it is applied, so a load grows
 them once.
 
+A ``distinct`` (rows present while their count is positive) keeps the first table
+only, one row per distinct row present with its count: its output changes exactly
+where a row's count turns positive or stops being so, which the row's own updates in
+time order tell (:func:`distinct_step`).
+
 A batch that overflows raises part-way, with some keys written: the dataflow then
 refuses further runs (``Dataflow.run``), as for every error inside a run.
 """
@@ -37,7 +42,7 @@ from .hooks import alloc2d, release_rows
 from .hstate import _hash, _move_step, _slot, _table_cap, place_row
 from .rows import add_checked, mul_checked
 
-__all__ = ["agg_step", "M_VALUES", "M_KEYS"]
+__all__ = ["agg_step", "distinct_step", "M_VALUES", "M_KEYS"]
 
 # meta words (the runtime's hashed-state counters; index 3 is read as its records)
 M_VALUES = 3    # values present (rows of tab)
@@ -46,6 +51,7 @@ M_INIT = 1      # 1 once the tables have this module's layout
 
 _MSG_COUNT = "count/sum: a count overflows int64"
 _MSG_TOTAL = "count/sum: a total overflows int64"
+_MSG_DISTINCT = "distinct: a count overflows int64"
 _MIN_SLOTS = 16
 
 
@@ -327,3 +333,71 @@ def agg_step(tab, arena, meta, nd, nt, nf, kw, vw, is_sum, col):
         diffs[q] = outs[q, 3]
     d, t, f = sort_consolidate(data, times, diffs)
     return tab, arena, d, t, f
+
+
+@njit(cache=True, nogil=True)
+def distinct_step(tab, meta, nd, nt, nf):
+    """Step a ``distinct`` outside loops over the new updates ``(nd, nt, nf)``: rows
+    sorted by data, then time (times ``(t, 0)`` all later than everything the state
+    holds), consolidated.
+
+    A distinct needs only the current count of every row present: ``tab`` of the
+    module docstring (``arena`` is not used). Each distinct row of the batch costs one
+    probe; its updates, in time order, move its count, and the output changes
+    (``+1`` / ``-1`` of the row) wherever the count turns positive or stops being so.
+    Returns ``(tab, data, times, diffs)``, the output's changes sorted by data, then
+    time, and consolidated (they come out so). Raises ``OverflowError`` when a count
+    leaves int64."""
+    n = nf.shape[0]
+    w = nd.shape[1]
+    W = max(w, 1)
+    if meta[M_INIT] == 0:
+        tab = np.zeros((_MIN_SLOTS, W + 1), np.int64)
+        meta[M_VALUES] = 0
+        meta[M_KEYS] = 0
+        meta[M_INIT] = 1
+    nv = np.int64(0)
+    for x in range(n):
+        if x == 0 or not _same(nd, x - 1, nd, x, w):
+            nv += 1
+    tab = _resized(tab, W, meta[M_VALUES], nv)
+    src = np.empty(n, np.int64)             # per output change: its row of nd
+    diffs = np.empty(n, np.int64)
+    no = np.int64(0)
+    vrow = np.zeros((1, W), np.int64)       # the row, padded (a row of no columns)
+    r = np.int64(0)
+    while r < n:
+        e = r + 1
+        while e < n and _same(nd, r, nd, e, w):
+            e += 1
+        for c in range(w):
+            vrow[0, c] = nd[r, c]
+        vs = _probe(tab, vrow, 0, W)
+        c0 = tab[vs, W] if vs >= 0 else np.int64(0)
+        cnt = c0
+        for z in range(r, e):
+            c2, ov = add_checked(cnt, nf[z])
+            if ov:
+                raise OverflowError(_MSG_DISTINCT)
+            if (c2 > 0) != (cnt > 0):
+                src[no] = z
+                diffs[no] = 1 if c2 > 0 else -1
+                no += 1
+            cnt = c2
+        if cnt != c0:
+            if cnt == 0:
+                _delete(tab, vs, W)
+                meta[M_VALUES] -= 1
+            else:
+                vs = _claim(tab, vs, vrow, W, meta, M_VALUES)
+                tab[vs, W] = cnt
+        r = e
+    tab = _resized(tab, W, meta[M_VALUES], 0)
+    data = np.empty((no, w), np.int64)
+    times = np.zeros((no, 2), np.int64)
+    for q in range(no):
+        z = src[q]
+        for c in range(w):
+            data[q, c] = nd[z, c]
+        times[q, 0] = nt[z, 0]
+    return tab, data, times, diffs[:no].copy()

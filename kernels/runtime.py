@@ -60,7 +60,7 @@ from .hstate import M_LIVE, _move_step as _hs_move_step, gc as _hs_gc, new_meta 
 from .reduce import (L_CALLBACK, L_COUNT, L_DISTINCT, L_MAX, L_MIN, L_SUM,  # noqa: F401
                      L_TOP_K, LOGIC, _accumulate, _logic_count, _logic_extreme,
                      _logic_sum, _logic_top_k)
-from .rootagg import agg_step
+from .rootagg import agg_step, distinct_step
 from .rows import add_checked, leaf, list_item, list_leaf, mul_checked
 from .seqloop import S_LEAVE as SEQ_LEAVE, _nodes as seq_nodes, pack_fields
 from .seqloop import leave_rows as seq_leave_rows, run_times as seq_run_times
@@ -1991,12 +1991,15 @@ def _distinct_walk(due_offs, due_t, h_offs, h_t, h_f, o_offs, o_t, o_f):
 
 @njit(cache=True, nogil=True)
 def _step_reduce_agg(prog, st, n, new, kw, vw, is_sum, col):
-    """A count or sum outside loops: its hashed state is st[11][prm[n, 1]]
+    """A count, sum or distinct outside loops: its hashed state is st[11][prm[n, 1]]
     (kernels.rootagg)."""
     h = _prm(prog)[n, 1]
     tab, arena, meta = st[11][h]
-    tab, arena, d, t, f = agg_step(tab, arena, meta, new[0], new[1], new[2], kw, vw,
-                                   is_sum, col)
+    if _prm(prog)[n, 6] == L_DISTINCT:
+        tab, d, t, f = distinct_step(tab, meta, new[0], new[1], new[2])
+    else:
+        tab, arena, d, t, f = agg_step(tab, arena, meta, new[0], new[1], new[2], kw, vw,
+                                       is_sum, col)
     st[11][h] = (tab, arena, meta)
     if f.shape[0]:
         _emit(prog, st, n, (d, t, f))
