@@ -263,3 +263,13 @@ def test_kernel_distinct_step_against_brute_force(seed):
         for r in coll:
             s = rootagg._probe(tab, np.array([r], np.int64), 0, 2)
             assert s >= 0 and tab[s, 2] == coll[r]
+
+
+def test_kernel_distinct_step_overflow_raises():
+    meta = np.zeros(8, np.int64)
+    tab = np.zeros((1, 1), np.int64)
+    d = np.array([[5]], np.int64)
+    t = np.array([[0, 0]], np.int64)
+    tab, *_ = rootagg.distinct_step(tab, meta, d, t, np.array([2 ** 62], np.int64))
+    with pytest.raises(OverflowError, match="distinct"):
+        rootagg.distinct_step(tab, meta, d, t + 1, np.array([2 ** 62], np.int64))
