@@ -133,78 +133,11 @@ class CaptureRead:
         self._step(read)
 
 
-class RootStream:
-    """Joins and aggregations kept up to date outside loops, the engine's other main
-    use: ``a.join(b).count()``, ``a.count()`` and ``b.count()`` over 200,000 rows of
-    ``a`` and 50,000 of ``b`` (50,000 keys), then runs of B changes to ``a``, each
-    change (one row removed, one inserted) at its own time. ``a.count()`` (rows per
-    key) is captured, self-compacting, and checked against NumPy after the timed
-    runs. changes/s = B / median run latency, timed here (asv would re-run ``setup``
-    between calls)."""
-
-    params = [[10, 1000, 10000]]
-    param_names = ["batch"]
-    timeout = 600
-    number = 1
-    repeat = 1
-    NA, NB, K = 200_000, 50_000, 50_000
-
-    def setup(self, b):
-        rng = np.random.default_rng(11)
-        self.rng = rng
-        self.df = df = dd.Dataflow()
-        self.ai, a = df.new_input(["k", "x"])
-        self.bi, bb = df.new_input(["k", "y"])
-        a.join(bb).count().probe()
-        self.cap = a.count().capture(auto_compact=True)
-        bb.count().probe()
-        self.ak = rng.integers(0, self.K, self.NA)
-        self.ax = rng.integers(0, 100, self.NA)
-        self.ai.insert(self.ak, self.ax, time=0)
-        self.bi.insert(rng.integers(0, self.K, self.NB), rng.integers(0, 100, self.NB),
-                       time=0)
-        self.t = 1
-        self.ai.advance_to(1)
-        self.bi.advance_to(1)
-        df.run()
-        for _ in range(max(5, 20_000 // b)):      # warm-up: the spines take shape
-            self._run(b)
-
-    def _run(self, b):
-        rng = self.rng
-        i = rng.choice(self.NA, b, replace=False)
-        tt = np.arange(self.t, self.t + b)
-        self.ai.remove(self.ak[i], self.ax[i], time=tt)
-        nk = rng.integers(0, self.K, b)
-        nx = rng.integers(0, 100, b)
-        self.ai.insert(nk, nx, time=tt)
-        self.ak[i] = nk
-        self.ax[i] = nx
-        self.t += b
-        self.ai.advance_to(self.t)
-        self.bi.advance_to(self.t)
-        a = time.perf_counter()
-        self.df.run()
-        return time.perf_counter() - a
-
-    def track_changes_per_s(self, b):
-        lat = [self._run(b) for _ in range(max(5, 100_000 // b))]
-        got = self.cap.at(self.t - 1)
-        keys, counts = np.unique(self.ak, return_counts=True)
-        if not (np.array_equal(got["k"].to_numpy(), keys)
-                and np.array_equal(got["count"].to_numpy(), counts)
-                and (got[got.column_names[-1]].to_numpy() == 1).all()):
-            raise RuntimeError("a.count() differs from the NumPy recount")
-        return float(b / np.median(lat))
-    track_changes_per_s.unit = "changes/s"
-
-
-class RootDistinct:
-    """``distinct`` kept up to date outside loops: 200,000 rows ``(k, x)`` (50,000 keys,
-    100 values, so ~4% of the rows are duplicates), then runs of B changes (one row
-    removed, one inserted), each change at its own time. The distinct is captured,
-    self-compacting, and checked against NumPy after the timed runs. changes/s = B /
-    median run latency, timed here as in ``RootStream``."""
+class _RootRuns:
+    """Runs of B changes to input ``a`` (rows ``(k, x)``, ``NA`` of them over ``K``
+    keys and ``X`` values), each change one row removed and one inserted at its own
+    time; every input in ``self.inputs`` advances with the runs. A run's latency is
+    timed here (asv would re-run ``setup`` between calls)."""
 
     params = [[10, 1000, 10000]]
     param_names = ["batch"]
@@ -213,19 +146,19 @@ class RootDistinct:
     repeat = 1
     NA, K, X = 200_000, 50_000, 100
 
-    def setup(self, b):
-        rng = np.random.default_rng(12)
+    def _load_a(self, rng):
         self.rng = rng
-        self.df = df = dd.Dataflow()
-        self.ai, a = df.new_input(["k", "x"])
-        self.cap = a.distinct().capture(auto_compact=True)
         self.ak = rng.integers(0, self.K, self.NA)
         self.ax = rng.integers(0, self.X, self.NA)
         self.ai.insert(self.ak, self.ax, time=0)
+
+    def _start(self, b):
+        """The load's run, then the warm-up runs (the state takes shape)."""
         self.t = 1
-        self.ai.advance_to(1)
-        df.run()
-        for _ in range(max(5, 20_000 // b)):      # warm-up
+        for h in self.inputs:
+            h.advance_to(1)
+        self.df.run()
+        for _ in range(max(5, 20_000 // b)):
             self._run(b)
 
     def _run(self, b):
@@ -239,13 +172,70 @@ class RootDistinct:
         self.ak[i] = nk
         self.ax[i] = nx
         self.t += b
-        self.ai.advance_to(self.t)
+        for h in self.inputs:
+            h.advance_to(self.t)
         a = time.perf_counter()
         self.df.run()
         return time.perf_counter() - a
 
+    def _latencies(self, b):
+        return [self._run(b) for _ in range(max(5, 100_000 // b))]
+
+
+class RootStream(_RootRuns):
+    """Joins and aggregations kept up to date outside loops, the engine's other main
+    use: ``a.join(b).count()``, ``a.count()`` and ``b.count()`` over 200,000 rows of
+    ``a`` and 50,000 of ``b`` (50,000 keys), then runs of B changes to ``a``, each
+    change (one row removed, one inserted) at its own time. ``a.count()`` (rows per
+    key) is captured, self-compacting, and checked against NumPy after the timed
+    runs. changes/s = B / median run latency."""
+
+    NB = 50_000
+
+    def setup(self, b):
+        rng = np.random.default_rng(11)
+        self.df = df = dd.Dataflow()
+        self.ai, a = df.new_input(["k", "x"])
+        self.bi, bb = df.new_input(["k", "y"])
+        self.inputs = [self.ai, self.bi]
+        a.join(bb).count().probe()
+        self.cap = a.count().capture(auto_compact=True)
+        bb.count().probe()
+        self._load_a(rng)
+        self.bi.insert(rng.integers(0, self.K, self.NB), rng.integers(0, 100, self.NB),
+                       time=0)
+        self._start(b)
+
     def track_changes_per_s(self, b):
-        lat = [self._run(b) for _ in range(max(5, 100_000 // b))]
+        lat = self._latencies(b)
+        got = self.cap.at(self.t - 1)
+        keys, counts = np.unique(self.ak, return_counts=True)
+        if not (np.array_equal(got["k"].to_numpy(), keys)
+                and np.array_equal(got["count"].to_numpy(), counts)
+                and (got[got.column_names[-1]].to_numpy() == 1).all()):
+            raise RuntimeError("a.count() differs from the NumPy recount")
+        return float(b / np.median(lat))
+    track_changes_per_s.unit = "changes/s"
+
+
+class RootDistinct(_RootRuns):
+    """``distinct`` kept up to date outside loops: 200,000 rows ``(k, x)`` (50,000 keys,
+    100 values, so ~4% of the rows are duplicates), then runs of B changes (one row
+    removed, one inserted), each change at its own time. The distinct is captured,
+    self-compacting, and checked against NumPy's unique rows after the timed runs.
+    changes/s = B / median run latency."""
+
+    def setup(self, b):
+        rng = np.random.default_rng(12)
+        self.df = df = dd.Dataflow()
+        self.ai, a = df.new_input(["k", "x"])
+        self.inputs = [self.ai]
+        self.cap = a.distinct().capture(auto_compact=True)
+        self._load_a(rng)
+        self._start(b)
+
+    def track_changes_per_s(self, b):
+        lat = self._latencies(b)
         got = self.cap.at(self.t - 1)
         want = np.unique(self.ak * self.X + self.ax)
         have = got["k"].to_numpy() * self.X + got["x"].to_numpy()
