@@ -195,7 +195,7 @@ class ReachSession:
         return self.load_s
 
     def feed(self, batch, changes, *, progress=False, checkpoints=(), resolution="record",
-             per_run=False):
+             per_run=False, gate=None):
         """Feed the next ``changes`` window changes, ``batch`` per ``run()``, each at
         its own time (``resolution="batch"``: the changes of a run at one time;
         ``changes`` is rounded down to whole batches).
@@ -206,7 +206,8 @@ class ReachSession:
         of ``checkpoints`` (counted within this segment). ``per_run=True`` (native
         engine) adds ``per_run``: ``{"updates": ..., "merged_rows": ...}``, per run the
         updates all operators received and the rows spine merges read, counted after
-        the run's timing.
+        the run's timing. ``gate``: called with ``True`` right before each timed run
+        and with ``False`` right after it (``bench profile`` records only between).
         """
         if resolution not in ("record", "batch"):
             raise ValueError(f"ReachSession.feed: resolution must be 'record' or 'batch', "
@@ -242,6 +243,8 @@ class ReachSession:
         for s in steps_it:
             j = np.arange(base + s * batch, base + (s + 1) * batch)
             times = np.full(batch, t) if same else t + np.arange(batch)
+            if gate is not None:
+                gate(True)
             a = time.perf_counter()
             edges_in.update(np.concatenate([all_src[j], all_src[m + j]]),
                             np.concatenate([all_dst[j], all_dst[m + j]]),
@@ -252,6 +255,8 @@ class ReachSession:
             roots_in.advance_to(t)
             df.run()
             lat[s] = time.perf_counter() - a
+            if gate is not None:
+                gate(False)
             if track:
                 u, w = operator_updates(df), spine_work(df)[1]
                 run_upd[s], run_merged[s] = u - prev_upd, w - prev_merged
@@ -382,6 +387,51 @@ def run_reach_sweep(n, segments, *, workers=1, engine=None, progress=False):
         session.close()
 
 
+class _PerfGate:
+    """Enables and disables a ``perf record`` started with ``-D -1`` and
+    ``--control=fifo:ctl,ack``: ``gate(True)`` / ``gate(False)`` send ``enable`` /
+    ``disable`` and wait for perf's ``ack``. Raises SystemExit when perf exits or does
+    not answer within ``timeout`` seconds (never hangs on a dead perf)."""
+
+    def __init__(self, rec, ctl, ack, timeout=20.0):
+        import select
+        self._rec, self._timeout, self._select = rec, timeout, select.select
+        end = time.monotonic() + timeout
+        self._ack = os.open(ack, os.O_RDONLY | os.O_NONBLOCK)
+        while True:             # a fifo opens for writing once perf has it open
+            try:
+                self._ctl = os.open(ctl, os.O_WRONLY | os.O_NONBLOCK)
+                break
+            except OSError:
+                self._check(end)
+                time.sleep(0.01)
+        self._pending = b""
+
+    def _check(self, end):
+        if self._rec.poll() is not None:
+            raise SystemExit("profile: perf record failed: "
+                             f"{self._rec.stderr.read().decode()}")
+        if time.monotonic() > end:
+            raise SystemExit("profile: perf record did not answer on its control fifo")
+
+    def __call__(self, on):
+        os.write(self._ctl, b"enable\n" if on else b"disable\n")
+        end = time.monotonic() + self._timeout
+        while b"\n" not in self._pending:
+            ready, _, _ = self._select([self._ack], [], [], 0.5)
+            if ready:
+                try:
+                    self._pending += os.read(self._ack, 64)
+                except BlockingIOError:
+                    pass
+            self._check(end)
+        self._pending = self._pending.split(b"\n", 1)[1]
+
+    def close(self):
+        for fd in (self._ctl, self._ack):
+            os.close(fd)
+
+
 def profile_reach(n, batch, changes, *, out="reach.perf.data", top=25, engine=None,
                   callers=False, loops=None, annotate=()):
     """Load the ``n``-node graph, then record ``changes`` changes (``batch`` per run)
@@ -400,10 +450,10 @@ def profile_reach(n, batch, changes, *, out="reach.perf.data", top=25, engine=No
     ``<out>.<name>.annotated.txt``, see :func:`ddnumba.profiling.annotate`), or a
     message saying why the code cannot be disassembled here. Needs the functions
     compiled in this process (an empty ``NUMBA_CACHE_DIR``), as their names do."""
-    import gc
     import shutil
     import signal
     import subprocess
+    import tempfile
 
     from .profiling import (annotate as annotate_code, capture_code, perf_top,
                             refcount_callers, write_perf_map)
@@ -430,17 +480,27 @@ def profile_reach(n, batch, changes, *, out="reach.perf.data", top=25, engine=No
         frozen = True
         # (1 KiB of stack per sample holds the words refcount_callers scans)
         graph = ["--call-graph", "dwarf,1024"] if callers else []
-        rec = subprocess.Popen([perf, "record", "-F", "999", *graph, "-p",
-                                str(os.getpid()), "-o", out], stdout=subprocess.DEVNULL,
+        # Events start disabled and are enabled around each timed run only (through
+        # perf's control fifo), so that the harness's Python between runs (making the
+        # changes, compacting the count capture, the progress bar) is not recorded.
+        fifo_dir = tempfile.mkdtemp(prefix="ddnumba-perf-")
+        ctl, ack = os.path.join(fifo_dir, "ctl"), os.path.join(fifo_dir, "ack")
+        os.mkfifo(ctl)
+        os.mkfifo(ack)
+        rec = subprocess.Popen([perf, "record", "-F", "999", *graph, "-D", "-1",
+                                f"--control=fifo:{ctl},{ack}", "-p", str(os.getpid()),
+                                "-o", out], stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE)
-        time.sleep(1.0)                     # let perf attach
-        if rec.poll() is not None:
-            raise SystemExit(f"profile: perf record failed: {rec.stderr.read().decode()}")
+        gate = None
         try:
-            figures = session.feed(batch, changes, progress=True)
+            gate = _PerfGate(rec, ctl, ack)
+            figures = session.feed(batch, changes, progress=True, gate=gate)
         finally:
+            if gate is not None:
+                gate.close()
             rec.send_signal(signal.SIGINT)
             rec.wait()
+            shutil.rmtree(fifo_dir, ignore_errors=True)
     finally:
         if frozen:
             gc.unfreeze()

@@ -202,3 +202,56 @@ def test_tail_needs_the_native_engine():
     from ddnumba.bench import run_tail
     with pytest.raises(ValueError, match="native engine"):
         run_tail(50, 1, 5, warm=0, engine="python")
+
+
+def test_feed_gates_each_timed_run():
+    """``gate`` brackets every timed run, and only those: True right before, False
+    right after, once per run (what ``bench profile`` records between)."""
+    s = ReachSession(300, 2000)
+    s.load()
+    calls = []
+    r = s.feed(50, 500, gate=calls.append)
+    assert len(r["latencies"]) == 10
+    assert calls == [True, False] * 10
+    s.close()
+
+
+_FAKE_PERF = r"""
+import os, sys
+ctl, ack, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+c = open(ctl, "rb")
+a = os.open(ack, os.O_WRONLY)
+for line in c:
+    if mode == "die":
+        sys.exit(3)
+    os.write(a, b"ack\n")
+"""
+
+
+@pytest.mark.parametrize("mode", ["ack", "die"])
+def test_perf_gate_waits_for_perf_and_never_hangs(tmp_path, mode):
+    """The control-fifo protocol of ``bench profile`` against a stand-in for perf:
+    each enable/disable waits for perf's ack; a perf that exits instead raises
+    SystemExit at once rather than hanging."""
+    import os
+    import subprocess
+    import sys
+    from ddnumba.bench import _PerfGate
+    ctl, ack = str(tmp_path / "ctl"), str(tmp_path / "ack")
+    os.mkfifo(ctl)
+    os.mkfifo(ack)
+    rec = subprocess.Popen([sys.executable, "-c", _FAKE_PERF, ctl, ack, mode],
+                           stderr=subprocess.PIPE)
+    gate = _PerfGate(rec, ctl, ack, timeout=10.0)
+    try:
+        if mode == "ack":
+            for on in (True, False, True, False):
+                gate(on)
+            assert rec.poll() is None
+        else:
+            with pytest.raises(SystemExit, match="perf record failed"):
+                gate(True)
+    finally:
+        gate.close()
+        rec.kill()
+        rec.wait()
