@@ -40,7 +40,7 @@ from numba import njit
 from .batch import sort_consolidate
 from .hooks import alloc2d, release_rows
 from .hstate import _hash, _move_step, _slot, _table_cap, place_row
-from .rows import add_checked, mul_checked
+from .rows import add_checked, mul_checked, prefetch_row
 
 __all__ = ["agg_step", "distinct_step", "M_VALUES", "M_KEYS"]
 
@@ -53,6 +53,12 @@ _MSG_COUNT = "count/sum: a count overflows int64"
 _MSG_TOTAL = "count/sum: a total overflows int64"
 _MSG_DISTINCT = "distinct: a count overflows int64"
 _MIN_SLOTS = 16
+# A batch's rows probe the tables at random places, which at scale lie beyond the
+# caches: the kernels prefetch the home slots of the row PF_AHEAD rows further (its
+# value and its key), so that a few of these misses are in flight at once. Tables
+# of fewer slots stay in cache, where the extra hashing only costs.
+PF_AHEAD = 8
+PF_MIN_SLOTS = 1 << 15
 
 
 @njit(cache=True, nogil=True)
@@ -235,11 +241,15 @@ def agg_step(tab, arena, meta, nd, nt, nf, kw, vw, is_sum, col):
     no = np.int64(0)
     kkey = np.zeros((1, KW), np.int64)      # the key, padded (a key of no columns)
     vrow = np.zeros((1, W), np.int64)       # a data row, padded (no columns at all)
+    pf_v = tab.shape[0] >= PF_MIN_SLOTS
+    pf_k = arena.shape[0] >= PF_MIN_SLOTS
     r = np.int64(0)
     while r < n:
         e = r + 1
         while e < n and _same(nd, r, nd, e, kw):
             e += 1
+        if pf_k and e + PF_AHEAD < n:
+            prefetch_row(arena, _slot(_hash(nd, e + PF_AHEAD, 0, kw, KW), arena.shape[0]))
         for c in range(kw):
             kkey[0, c] = nd[r, c]
         ks = _probe(arena, kkey, 0, KW)
@@ -253,6 +263,8 @@ def agg_step(tab, arena, meta, nd, nt, nf, kw, vw, is_sum, col):
         # their counts after it written at once (one probe a value)
         x = r
         while x < e:
+            if pf_v and x + PF_AHEAD < n:
+                prefetch_row(tab, _slot(_hash(nd, x + PF_AHEAD, 0, w, W), tab.shape[0]))
             y = x + 1
             ds = nf[x]
             while y < e and _same(nd, x, nd, y, w):
@@ -365,8 +377,11 @@ def distinct_step(tab, meta, nd, nt, nf):
     diffs = np.empty(n, np.int64)
     no = np.int64(0)
     vrow = np.zeros((1, W), np.int64)       # the row, padded (a row of no columns)
+    pf = tab.shape[0] >= PF_MIN_SLOTS
     r = np.int64(0)
     while r < n:
+        if pf and r + PF_AHEAD < n:
+            prefetch_row(tab, _slot(_hash(nd, r + PF_AHEAD, 0, w, W), tab.shape[0]))
         e = r + 1
         while e < n and _same(nd, r, nd, e, w):
             e += 1

@@ -273,3 +273,55 @@ def test_kernel_distinct_step_overflow_raises():
     tab, *_ = rootagg.distinct_step(tab, meta, d, t, np.array([2 ** 62], np.int64))
     with pytest.raises(OverflowError, match="distinct"):
         rootagg.distinct_step(tab, meta, d, t + 1, np.array([2 ** 62], np.int64))
+
+
+def test_kernels_with_tables_large_enough_to_prefetch():
+    """Tables of ``PF_MIN_SLOTS`` slots or more take the prefetching path: a distinct
+    and a count over 60,000 rows, then a batch retracting a third of them at distinct
+    times, against NumPy."""
+    rng = np.random.default_rng(31)
+    n = 60_000
+    d = np.stack([rng.integers(0, 20_000, n), rng.integers(0, 50, n)], 1).astype(np.int64)
+    t = np.zeros((n, 2), np.int64)
+    b = sort_consolidate(d, t, np.ones(n, np.int64))
+    meta_d, meta_c = np.zeros(8, np.int64), np.zeros(8, np.int64)
+    tab_d = np.zeros((1, 1), np.int64)
+    tab_c, arena_c = np.zeros((1, 1), np.int64), np.zeros((1, 1), np.int64)
+    tab_d, od, _, of = rootagg.distinct_step(tab_d, meta_d, *b)
+    tab_c, arena_c, cd, _, cf = rootagg.agg_step(tab_c, arena_c, meta_c, *b, 1, 1, False, 0)
+    assert tab_d.shape[0] >= rootagg.PF_MIN_SLOTS and arena_c.shape[0] >= rootagg.PF_MIN_SLOTS
+    rows = np.unique(d, axis=0)
+    assert np.array_equal(od, rows) and (of == 1).all()
+    keys, counts = np.unique(d[:, 0], return_counts=True)
+    assert np.array_equal(cd[:, 0], keys) and np.array_equal(cd[:, 1], counts)
+    # retract every third row, each at its own time
+    gone = d[::3]
+    tg = np.stack([1 + np.arange(len(gone)), np.zeros(len(gone), np.int64)], 1)
+    b2 = sort_consolidate(gone, tg, -np.ones(len(gone), np.int64))
+    tab_d, od2, ot2, of2 = rootagg.distinct_step(tab_d, meta_d, *b2)
+    tab_c, arena_c, cd2, ct2, cf2 = rootagg.agg_step(tab_c, arena_c, meta_c, *b2, 1, 1,
+                                                     False, 0)
+    left = np.concatenate([d, gone])
+    left_f = np.concatenate([np.ones(n, np.int64), -np.ones(len(gone), np.int64)])
+    live = Counter()
+    for r, f in zip(map(tuple, left.tolist()), left_f.tolist()):
+        live[r] += f
+    now = {r for r, m in live.items() if m > 0}
+    before = set(map(tuple, rows.tolist()))
+    got = Counter()
+    for r, f in zip(map(tuple, od2.tolist()), of2.tolist()):
+        got[r] += f
+    assert {r for r, f in got.items() if f} == before - now
+    assert all(f == -1 for f in got.values())
+    assert meta_d[rootagg.M_VALUES] == len(now)
+    # the count's output accumulated over both batches against a recount
+    acc = Counter()
+    for dd_, ff in ((cd, cf), (cd2, cf2)):
+        for (k, c), f in zip(dd_.tolist(), ff.tolist()):
+            acc[(k, c)] += f
+    ends = Counter()
+    for r, m in live.items():
+        if m:
+            ends[r[0]] += m
+    assert {kc: f for kc, f in acc.items() if f} == {(k, m): 1 for k, m in ends.items()}
+    assert meta_c[rootagg.M_KEYS] == len(ends)
