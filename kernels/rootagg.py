@@ -109,18 +109,6 @@ def _claim(t, s, key, w, meta, m):
 
 
 @njit(cache=True, nogil=True)
-def _store(t, s, row, w, meta, count):
-    """Make ``count`` the count of the value ``row[0, :w]`` in the values table ``t``
-    (``s``: :func:`_probe`'s result for it; the count it replaces was different): a
-    zero empties its slot, any other count takes the slot."""
-    if count == 0:
-        _delete(t, s, w)
-        meta[M_VALUES] -= 1
-    else:
-        t[_claim(t, s, row, w, meta, M_VALUES), w] = count
-
-
-@njit(cache=True, nogil=True)
 def _delete(t, b, w):
     """Empty slot ``b`` of table ``t`` (keys of ``w`` words, the word after them
     non-zero in used slots), shifting later entries of its probe run back so that
@@ -296,7 +284,12 @@ def agg_step(tab, arena, meta, nd, nt, nf, kw, vw, is_sum, col):
                 new, ov = add_checked(old, ds)
                 if ov:
                     raise OverflowError(_MSG_COUNT)
-                _store(tab, vs, vrow, W, meta, new)
+                if new == 0:
+                    _delete(tab, vs, W)
+                    meta[M_VALUES] -= 1
+                else:
+                    vs = _claim(tab, vs, vrow, W, meta, M_VALUES)
+                    tab[vs, W] = new
             x = y
         # the key's updates in time order; the output after each distinct time
         _by_time(nt, r, e, order)
@@ -407,7 +400,12 @@ def distinct_step(tab, meta, nd, nt, nf):
                 no += 1
             cnt = c2
         if cnt != c0:
-            _store(tab, vs, vrow, W, meta, cnt)
+            if cnt == 0:
+                _delete(tab, vs, W)
+                meta[M_VALUES] -= 1
+            else:
+                vs = _claim(tab, vs, vrow, W, meta, M_VALUES)
+                tab[vs, W] = cnt
         r = e
     tab = _resized(tab, W, meta[M_VALUES], 0)
     data = np.empty((no, w), np.int64)
