@@ -419,11 +419,17 @@ class _PerfGate:
         end = time.monotonic() + self._timeout
         while b"\n" not in self._pending:
             ready, _, _ = self._select([self._ack], [], [], 0.5)
+            got = b""
             if ready:
                 try:
-                    self._pending += os.read(self._ack, 64)
+                    got = os.read(self._ack, 64)
                 except BlockingIOError:
                     pass
+            if ready and not got:
+                # end of file: perf has not opened the fifo yet (or has closed it);
+                # select reports that at once, so wait a little instead of spinning
+                time.sleep(0.001)
+            self._pending += got
             self._check(end)
         self._pending = self._pending.split(b"\n", 1)[1]
 
