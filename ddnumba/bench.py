@@ -40,7 +40,8 @@ workload in one sitting, in alternating fresh processes (see :mod:`ddnumba.bench
 ``pair`` compares two settings in one process (:mod:`ddnumba.benchpair`). ``floor``
 counts the least corrections the workload asks of any differential engine against the
 native engine's, and ``memory`` times random loads by working-set size (see
-:mod:`ddnumba.benchfloor`).
+:mod:`ddnumba.benchfloor`). ``targets`` measures the performance targets in one sitting
+and prints each as met or missed (:mod:`ddnumba.benchtargets`).
 """
 from __future__ import annotations
 
@@ -661,11 +662,15 @@ def main(argv=None):
                     help="changes fed before the recorded ones (default: --changes)")
     tl.add_argument("--top", type=int, default=10)
     tl.add_argument("--loops", choices=("rounds", "sequential"), default=None)
-    from . import benchab, benchfloor, benchpair
+    from . import benchab, benchfloor, benchpair, benchtargets
     benchab.add_parser(sub)
     benchpair.add_parser(sub)
     benchfloor.add_parser(sub)
+    benchtargets.add_parser(sub)
     args = p.parse_args(argv)
+    if args.cmd == "targets":
+        benchtargets.main(args)
+        return
     if args.cmd in ("floor", "memory"):
         benchfloor.main(args)
         return

@@ -1,0 +1,227 @@
+"""The performance targets of the reachability benchmark, checked in one sitting:
+``python -m ddnumba.bench targets``.
+
+Runs the workloads the targets name (see :mod:`ddnumba.bench` for the stream), in one
+process and in this order, so that the load's peak memory is the process's:
+
+1. ``--large`` nodes (default 1,000,000): the load to the first complete answer (its
+   seconds, and the process's peak resident memory after it), then single changes
+   (``B=1``) and runs of 1,000 changes, each change at its own time; the answer is
+   checked against scipy BFS and the recompute timed.
+2. ``--small`` nodes (default 1,000): ``B=1`` (the p50 latency of a run) and
+   ``B=1000``, checked the same way.
+3. The sustained run at ``--small`` nodes: ``--sustained`` single changes (default
+   1,000,000) from a fresh load; the p99 of the last 1,000 runs before 1,000 changes
+   and before the end, and the state's records at both points.
+
+and prints one line per target: what it asks, what was measured, *met* or *missed*.
+Throughput is ``B`` over the median run's seconds, as everywhere in the benchmark.
+"Memory flat" is read as: the state's records at the end at most
+:data:`FLAT_RATIO` times those after 1,000 changes. The window's graph keeps
+changing, so the reachable sets, and the state with them, move by tens of percent
+between checkpoints (twenty-seventh session's asv: 20,162 / 28,679 / 23,390 / 26,853
+records after 1e3 / 1e4 / 1e5 / 1e6 changes); growth with the number of changes is
+what the target excludes, and it would show as a multiple.
+
+With other sizes than the defaults the lines are still computed, and the command says
+that they are not the targets' workloads. A wrong answer is reported and makes the
+command exit with status 1; ``--strict`` also exits with 1 when a target is missed.
+"""
+from __future__ import annotations
+
+import json
+import resource
+import sys
+import time
+
+import numpy as np
+
+__all__ = ["TARGETS", "FLAT_RATIO", "measure", "evaluate", "add_parser", "main"]
+
+FLAT_RATIO = 1.5
+
+# (key, what it asks ({large} and {small}: the sizes), figure, bound, "min" (figure >=
+# bound) or "max" (<=), unit)
+TARGETS = (
+    ("large_b1000", "N={large} B=1000 throughput", "large_b1000_changes_per_s", 20_000,
+     "min", "changes/s"),
+    ("large_b1", "N={large} B=1 throughput", "large_b1_changes_per_s", 1_245, "min",
+     "changes/s"),
+    ("load_s", "N={large} load to the first answer", "load_s", 20.0, "max", "s"),
+    ("load_peak", "N={large} load peak memory", "load_peak_gib", 3.0, "max", "GiB"),
+    ("small_b1_p50", "N={small} B=1 p50 latency", "small_b1_p50_ms", 0.5, "max", "ms"),
+    ("small_b1000", "N={small} B=1000 throughput", "small_b1000_changes_per_s", 100_000,
+     "min", "changes/s"),
+    ("sustained_p99", "N={small} p99 at the end / after 1e3 changes",
+     "sustained_p99_ratio", 1.25, "max", "x"),
+    ("sustained_flat", "N={small} state records at the end / after 1e3",
+     "sustained_records_ratio", FLAT_RATIO, "max", "x"),
+)
+
+DEFAULTS = {"large": 1_000_000, "small": 1000, "sustained": 1_000_000}
+
+
+def _peak_rss_gib():
+    """The process's peak resident memory so far (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20
+
+
+def _say(msg):
+    print(f"targets: {msg}", file=sys.stderr, flush=True)
+
+
+def measure(large=DEFAULTS["large"], small=DEFAULTS["small"],
+            sustained=DEFAULTS["sustained"], *, large_single=200, runs=20,
+            small_single=1000, progress=False):
+    """Run the targets' workloads (module docstring) and return their figures: a dict
+    of the keys :data:`TARGETS` reads, the recompute times (``*_recompute_ms``),
+    the p99s and records at both sustained checkpoints, and ``checks``: the answer
+    of every segment against scipy BFS (``{segment: bool}``)."""
+    from .bench import ReachSession, run_reach
+    if sustained < 1000:
+        raise ValueError(f"targets: the sustained run needs at least 1,000 changes, "
+                         f"not {sustained}")
+    figs, checks = {}, {}
+    b = 1000
+    _say(f"loading N={large:,} (the first complete answer)")
+    s = ReachSession(large, large_single + runs * b)
+    try:
+        figs["load_s"] = s.load()
+        figs["load_peak_gib"] = _peak_rss_gib()
+        _say(f"N={large:,}: {large_single} single changes, then {runs} runs of {b:,}")
+        one = s.feed(1, large_single, progress=progress)
+        many = s.feed(b, runs * b, progress=progress)
+        figs["large_recompute_ms"], checks[f"N={large} B=1, B=1000"] = s.recompute()
+    finally:
+        s.close()
+    figs["large_b1_changes_per_s"] = one["changes_per_s"]
+    figs["large_b1_p50_ms"] = one["p50_ms"]
+    figs["large_b1000_changes_per_s"] = many["changes_per_s"]
+    figs["large_b1000_p50_ms"] = many["p50_ms"]
+    _say(f"N={small:,}: {small_single} single changes, then {runs} runs of {b:,}")
+    s = ReachSession(small, small_single + runs * b)
+    try:
+        s.load()
+        one = s.feed(1, small_single, progress=progress)
+        many = s.feed(b, runs * b, progress=progress)
+        figs["small_recompute_ms"], checks[f"N={small} B=1, B=1000"] = s.recompute()
+    finally:
+        s.close()
+    figs["small_b1_p50_ms"] = one["p50_ms"]
+    figs["small_b1000_changes_per_s"] = many["changes_per_s"]
+    figs["small_b1000_p50_ms"] = many["p50_ms"]
+    _say(f"N={small:,}: {sustained:,} single changes (sustained latency)")
+    marks = (1000, sustained)
+    r = run_reach(small, 1, sustained, recompute=True, progress=progress,
+                  checkpoints=marks)
+    checks[f"N={small} sustained"] = r["check"]
+    (lat0, rec0), (lat1, rec1) = r["marks"][marks[0]], r["marks"][marks[1]]
+    figs["sustained_p99_first_ms"] = float(np.percentile(lat0, 99) * 1e3)
+    figs["sustained_p99_end_ms"] = float(np.percentile(lat1, 99) * 1e3)
+    figs["sustained_records_first"] = int(rec0)
+    figs["sustained_records_end"] = int(rec1)
+    figs["sustained_p99_ratio"] = figs["sustained_p99_end_ms"] / figs["sustained_p99_first_ms"]
+    figs["sustained_records_ratio"] = rec1 / max(rec0, 1)
+    figs["checks"] = checks
+    return figs
+
+
+def _size(n):
+    return "1e6" if n == 1_000_000 else f"{n:,}"
+
+
+def evaluate(figs, sizes=None):
+    """One row per target: ``(key, what it asks, requirement text, measured figure,
+    met)``; ``met`` is None where the figure is missing."""
+    sizes = sizes or DEFAULTS
+    rows = []
+    for key, what, fig, bound, kind, unit in TARGETS:
+        what = what.format(large=_size(sizes["large"]), small=_size(sizes["small"]))
+        v = figs.get(fig)
+        req = f"{'>=' if kind == 'min' else '<='} {bound:,} {unit}"
+        met = None if v is None else (v >= bound if kind == "min" else v <= bound)
+        rows.append((key, what, req, v, met))
+    return rows
+
+
+def _fmt(v):
+    if v is None:
+        return "-"
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
+
+
+def report(figs, *, sizes=None, out=None):
+    """Print the targets table (to ``out``, default standard output); returns ``(all
+    answers right, all targets met)``."""
+    sizes = sizes or DEFAULTS
+    out = sys.stdout if out is None else out
+    rows = evaluate(figs, sizes)
+    checks = figs.get("checks", {})
+    w = max(len(r[1]) for r in rows)
+    print(f"{'target':<{w}}  {'requirement':>18}  {'measured':>10}  status", file=out)
+    for _, what, req, v, met in rows:
+        status = "-" if met is None else ("met" if met else "MISSED")
+        print(f"{what:<{w}}  {req:>18}  {_fmt(v):>10}  {status}", file=out)
+    parts = []
+    for side in ("large", "small"):
+        rc = figs.get(f"{side}_recompute_ms")
+        if rc is not None:
+            parts.append(f"N={_size(sizes[side])} {_fmt(rc)} ms: B=1 "
+                         f"{_fmt(rc / figs[f'{side}_b1_p50_ms'])}x, B=1000 "
+                         f"{_fmt(rc / figs[f'{side}_b1000_p50_ms'])}x")
+    if parts:
+        print("recompute (scipy BFS from every root) over a run's p50: " + "; ".join(parts),
+              file=out)
+    if "sustained_p99_first_ms" in figs:
+        print(f"sustained: p99 {figs['sustained_p99_first_ms']:.3f} ms after 1,000 changes, "
+              f"{figs['sustained_p99_end_ms']:.3f} ms after {sizes['sustained']:,}; state "
+              f"records {figs['sustained_records_first']:,} and "
+              f"{figs['sustained_records_end']:,}", file=out)
+    wrong = [k for k, ok in checks.items() if not ok]
+    for k in wrong:
+        print(f"WRONG ANSWER: {k} differs from scipy BFS", file=out)
+    if not wrong and checks:
+        print(f"answers: all {len(checks)} segments match scipy BFS", file=out)
+    if sizes != DEFAULTS:
+        print("note: not the targets' workload sizes (" + ", ".join(
+            f"--{k} {v:,}" for k, v in sizes.items()) + "): the statuses are indicative",
+            file=out)
+    return not wrong, all(r[4] for r in rows)
+
+
+def add_parser(sub):
+    t = sub.add_parser("targets", help="the performance targets, measured in one sitting")
+    t.add_argument("--large", type=int, default=DEFAULTS["large"],
+                   help="nodes of the large graph (the targets: 1,000,000)")
+    t.add_argument("--small", type=int, default=DEFAULTS["small"],
+                   help="nodes of the small graph (the targets: 1,000)")
+    t.add_argument("--sustained", type=int, default=DEFAULTS["sustained"],
+                   help="single changes of the sustained run (the targets: 1,000,000)")
+    t.add_argument("--runs", type=int, default=20, help="runs of 1,000 changes per size")
+    t.add_argument("--json", default=None, help="also write the figures here")
+    t.add_argument("--strict", action="store_true",
+                   help="exit with status 1 when a target is missed")
+    t.add_argument("--progress", action="store_true", help="progress bars (tqdm)")
+
+
+def main(args):
+    for name in ("large", "small", "sustained", "runs"):
+        if getattr(args, name) < 1:
+            raise SystemExit(f"targets: --{name} must be positive")
+    sizes = {"large": args.large, "small": args.small, "sustained": args.sustained}
+    t0 = time.perf_counter()
+    try:
+        figs = measure(args.large, args.small, args.sustained, runs=args.runs,
+                       progress=args.progress)
+    except ValueError as e:
+        raise SystemExit(str(e))
+    right, met = report(figs, sizes=sizes)
+    print(f"({time.perf_counter() - t0:.0f} s in all)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"sizes": sizes, "figures": figs,
+                       "targets": [dict(zip(("key", "what", "requirement", "measured",
+                                             "met"), r)) for r in evaluate(figs, sizes)]},
+                      f, indent=1)
+    if not right or (args.strict and not met):
+        raise SystemExit(1)

@@ -1,0 +1,136 @@
+"""``python -m ddnumba.bench targets``: the performance targets measured in one sitting
+and judged met or missed (ddnumba.benchtargets)."""
+import io
+import json
+
+import pytest
+
+from ddnumba import bench, benchtargets as bt
+
+
+def _figures(**over):
+    """Figures that meet every target by a margin, with ``over`` replacing some."""
+    f = {"large_b1000_changes_per_s": 25_000.0, "large_b1_changes_per_s": 2_000.0,
+         "load_s": 12.0, "load_peak_gib": 2.5, "small_b1_p50_ms": 0.1,
+         "small_b1000_changes_per_s": 120_000.0, "sustained_p99_ratio": 1.0,
+         "sustained_records_ratio": 1.1,
+         "checks": {"a": True, "b": True}}
+    f.update(over)
+    return f
+
+
+def _met(figs, sizes=None):
+    return {row[0]: row[4] for row in bt.evaluate(figs, sizes)}
+
+
+def test_every_target_is_met_by_figures_within_it():
+    assert set(_met(_figures()).values()) == {True}
+    assert len(bt.evaluate(_figures())) == len(bt.TARGETS) == 8
+
+
+@pytest.mark.parametrize("fig, key, at, beyond", [
+    ("large_b1000_changes_per_s", "large_b1000", 20_000, 19_999.9),
+    ("large_b1_changes_per_s", "large_b1", 1_245, 1_244.9),
+    ("load_s", "load_s", 20.0, 20.01),
+    ("load_peak_gib", "load_peak", 3.0, 3.001),
+    ("small_b1_p50_ms", "small_b1_p50", 0.5, 0.5001),
+    ("small_b1000_changes_per_s", "small_b1000", 100_000, 99_999),
+    ("sustained_p99_ratio", "sustained_p99", 1.25, 1.2501),
+    ("sustained_records_ratio", "sustained_flat", bt.FLAT_RATIO, bt.FLAT_RATIO + 0.01),
+])
+def test_a_target_is_met_at_its_bound_and_missed_beyond_it(fig, key, at, beyond):
+    """The bounds are the issue's (throughput at least, latency, seconds, memory and
+    ratios at most), each judged alone."""
+    assert _met(_figures(**{fig: at}))[key] is True
+    got = _met(_figures(**{fig: beyond}))
+    assert got[key] is False
+    assert [k for k, v in got.items() if not v] == [key]
+
+
+def test_a_missing_figure_is_neither_met_nor_missed():
+    figs = _figures()
+    del figs["load_s"]
+    assert _met(figs)["load_s"] is None
+
+
+def test_the_lines_name_the_sizes_measured():
+    rows = bt.evaluate(_figures(), {"large": 5000, "small": 200, "sustained": 3000})
+    whats = [r[1] for r in rows]
+    assert whats[0] == "N=5,000 B=1000 throughput"
+    assert whats[4] == "N=200 B=1 p50 latency"
+    assert bt.evaluate(_figures())[0][1] == "N=1e6 B=1000 throughput"
+
+
+def test_report_flags_wrong_answers_misses_and_other_sizes():
+    out = io.StringIO()
+    right, met = bt.report(_figures(), out=out)
+    text = out.getvalue()
+    assert (right, met) == (True, True)
+    assert "MISSED" not in text and "WRONG" not in text and "note:" not in text
+    assert "all 2 segments match" in text
+
+    out = io.StringIO()
+    right, met = bt.report(_figures(checks={"a": True, "N=9 sustained": False},
+                                    small_b1_p50_ms=0.7),
+                           sizes={"large": 10, "small": 9, "sustained": 1000}, out=out)
+    text = out.getvalue()
+    assert (right, met) == (False, False)
+    assert "WRONG ANSWER: N=9 sustained differs from scipy BFS" in text
+    assert text.count("MISSED") == 1
+    assert "note: not the targets' workload sizes" in text
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_main_exits_1_on_a_wrong_answer_and_on_a_miss_only_when_strict(monkeypatch,
+                                                                       strict, capsys):
+    flags = ["--strict"] if strict else []
+    monkeypatch.setattr(bt, "measure", lambda *a, **k: _figures(load_s=25.0))
+    if strict:
+        with pytest.raises(SystemExit) as e:
+            bench.main(["targets"] + flags)
+        assert e.value.code == 1
+    else:
+        bench.main(["targets"])
+    assert "MISSED" in capsys.readouterr().out
+    monkeypatch.setattr(bt, "measure",
+                        lambda *a, **k: _figures(checks={"x": False}))
+    with pytest.raises(SystemExit) as e:
+        bench.main(["targets"] + flags)
+    assert e.value.code == 1
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["--runs", "0"], "--runs must be positive"),
+    (["--large", "-5"], "--large must be positive"),
+    (["--sustained", "999"], "at least 1,000 changes"),
+])
+def test_bad_arguments_are_refused(argv, msg):
+    with pytest.raises(SystemExit) as e:
+        bench.main(["targets", "--large", "300", "--small", "100"] + argv)
+    assert msg in str(e.value)
+
+
+def test_a_small_sitting_measures_every_figure_and_checks_every_answer(tmp_path, capsys):
+    """End to end on small graphs: every target gets a figure, every segment's answer
+    is checked against scipy BFS, and the ratios are those of the figures beside
+    them."""
+    path = tmp_path / "t.json"
+    bench.main(["targets", "--large", "2000", "--small", "200", "--sustained", "2000",
+                "--runs", "2", "--json", str(path)])
+    out = capsys.readouterr().out
+    assert "all 3 segments match scipy BFS" in out
+    assert "note: not the targets' workload sizes" in out
+    doc = json.loads(path.read_text())
+    figs = doc["figures"]
+    assert doc["sizes"] == {"large": 2000, "small": 200, "sustained": 2000}
+    assert all(figs["checks"].values()) and len(figs["checks"]) == 3
+    assert [t["met"] is not None for t in doc["targets"]] == [True] * 8
+    assert figs["sustained_p99_ratio"] == pytest.approx(
+        figs["sustained_p99_end_ms"] / figs["sustained_p99_first_ms"])
+    assert figs["sustained_records_ratio"] == pytest.approx(
+        figs["sustained_records_end"] / figs["sustained_records_first"])
+    assert 0 < figs["load_peak_gib"] < 24 and figs["load_s"] > 0
+    for side in ("large", "small"):
+        assert figs[f"{side}_b1000_changes_per_s"] == pytest.approx(
+            1000 / (figs[f"{side}_b1000_p50_ms"] / 1e3))
+        assert figs[f"{side}_recompute_ms"] > 0
