@@ -70,6 +70,30 @@ def _say(msg):
     print(f"targets: {msg}", file=sys.stderr, flush=True)
 
 
+def _segments(side, n, single, runs, figs, checks, progress):
+    """Load the ``n``-node graph, feed ``single`` single changes and ``runs`` runs of
+    1,000, check the answer; the figures go to ``figs`` under ``side`` (the large
+    graph's load also gives ``load_s`` and ``load_peak_gib``)."""
+    from .bench import ReachSession
+    b = 1000
+    _say(f"N={n:,}: load, {single} single changes, then {runs} runs of {b:,}")
+    s = ReachSession(n, single + runs * b)
+    try:
+        load_s = s.load()
+        if side == "large":
+            figs["load_s"] = load_s
+            figs["load_peak_gib"] = _peak_rss_gib()
+        one = s.feed(1, single, progress=progress)
+        many = s.feed(b, runs * b, progress=progress)
+        figs[f"{side}_recompute_ms"], checks[f"N={n} B=1 and B=1000 ({side} graph)"] = \
+            s.recompute()
+    finally:
+        s.close()
+    for key, seg in (("b1", one), ("b1000", many)):
+        figs[f"{side}_{key}_changes_per_s"] = seg["changes_per_s"]
+        figs[f"{side}_{key}_p50_ms"] = seg["p50_ms"]
+
+
 def measure(large=DEFAULTS["large"], small=DEFAULTS["small"],
             sustained=DEFAULTS["sustained"], *, large_single=200, runs=20,
             small_single=1000, progress=False):
@@ -77,39 +101,14 @@ def measure(large=DEFAULTS["large"], small=DEFAULTS["small"],
     of the keys :data:`TARGETS` reads, the recompute times (``*_recompute_ms``),
     the p99s and records at both sustained checkpoints, and ``checks``: the answer
     of every segment against scipy BFS (``{segment: bool}``)."""
-    from .bench import ReachSession, run_reach
+    from .bench import run_reach
     if sustained < 1000:
         raise ValueError(f"targets: the sustained run needs at least 1,000 changes, "
                          f"not {sustained}")
     figs, checks = {}, {}
-    b = 1000
-    _say(f"loading N={large:,} (the first complete answer)")
-    s = ReachSession(large, large_single + runs * b)
-    try:
-        figs["load_s"] = s.load()
-        figs["load_peak_gib"] = _peak_rss_gib()
-        _say(f"N={large:,}: {large_single} single changes, then {runs} runs of {b:,}")
-        one = s.feed(1, large_single, progress=progress)
-        many = s.feed(b, runs * b, progress=progress)
-        figs["large_recompute_ms"], checks[f"N={large} B=1, B=1000"] = s.recompute()
-    finally:
-        s.close()
-    figs["large_b1_changes_per_s"] = one["changes_per_s"]
-    figs["large_b1_p50_ms"] = one["p50_ms"]
-    figs["large_b1000_changes_per_s"] = many["changes_per_s"]
-    figs["large_b1000_p50_ms"] = many["p50_ms"]
-    _say(f"N={small:,}: {small_single} single changes, then {runs} runs of {b:,}")
-    s = ReachSession(small, small_single + runs * b)
-    try:
-        s.load()
-        one = s.feed(1, small_single, progress=progress)
-        many = s.feed(b, runs * b, progress=progress)
-        figs["small_recompute_ms"], checks[f"N={small} B=1, B=1000"] = s.recompute()
-    finally:
-        s.close()
-    figs["small_b1_p50_ms"] = one["p50_ms"]
-    figs["small_b1000_changes_per_s"] = many["changes_per_s"]
-    figs["small_b1000_p50_ms"] = many["p50_ms"]
+    for side, n, single in (("large", large, large_single),
+                            ("small", small, small_single)):
+        _segments(side, n, single, runs, figs, checks, progress)
     _say(f"N={small:,}: {sustained:,} single changes (sustained latency)")
     marks = (1000, sustained)
     r = run_reach(small, 1, sustained, recompute=True, progress=progress,
@@ -120,7 +119,8 @@ def measure(large=DEFAULTS["large"], small=DEFAULTS["small"],
     figs["sustained_p99_end_ms"] = float(np.percentile(lat1, 99) * 1e3)
     figs["sustained_records_first"] = int(rec0)
     figs["sustained_records_end"] = int(rec1)
-    figs["sustained_p99_ratio"] = figs["sustained_p99_end_ms"] / figs["sustained_p99_first_ms"]
+    figs["sustained_p99_ratio"] = (figs["sustained_p99_end_ms"]
+                                   / figs["sustained_p99_first_ms"])
     figs["sustained_records_ratio"] = rec1 / max(rec0, 1)
     figs["checks"] = checks
     return figs
@@ -170,12 +170,13 @@ def report(figs, *, sizes=None, out=None):
                          f"{_fmt(rc / figs[f'{side}_b1_p50_ms'])}x, B=1000 "
                          f"{_fmt(rc / figs[f'{side}_b1000_p50_ms'])}x")
     if parts:
-        print("recompute (scipy BFS from every root) over a run's p50: " + "; ".join(parts),
-              file=out)
+        print("recompute (scipy BFS from every root) over a run's p50: "
+              + "; ".join(parts), file=out)
     if "sustained_p99_first_ms" in figs:
-        print(f"sustained: p99 {figs['sustained_p99_first_ms']:.3f} ms after 1,000 changes, "
-              f"{figs['sustained_p99_end_ms']:.3f} ms after {sizes['sustained']:,}; state "
-              f"records {figs['sustained_records_first']:,} and "
+        print(f"sustained: p99 {figs['sustained_p99_first_ms']:.3f} ms after 1,000 "
+              f"changes, {figs['sustained_p99_end_ms']:.3f} ms after "
+              f"{sizes['sustained']:,}; state records "
+              f"{figs['sustained_records_first']:,} and "
               f"{figs['sustained_records_end']:,}", file=out)
     wrong = [k for k, ok in checks.items() if not ok]
     for k in wrong:
