@@ -134,3 +134,28 @@ def test_a_small_sitting_measures_every_figure_and_checks_every_answer(tmp_path,
         assert figs[f"{side}_b1000_changes_per_s"] == pytest.approx(
             1000 / (figs[f"{side}_b1000_p50_ms"] / 1e3))
         assert figs[f"{side}_recompute_ms"] > 0
+
+
+def test_the_sustained_figures_come_from_their_own_checkpoints(monkeypatch):
+    """The p99s and records are those of the first checkpoint (1,000 changes) and of
+    the last (``sustained``), not swapped or mixed: a fake sustained run whose two
+    checkpoints differ in every figure."""
+    import numpy as np
+    first = np.linspace(0.001, 0.002, 1000)         # p99 ~1.99 ms
+    end = np.linspace(0.003, 0.007, 1000)           # p99 ~6.96 ms
+    calls = []
+
+    def fake_run_reach(n, batch, changes, **kw):
+        calls.append((n, batch, changes, tuple(kw["checkpoints"])))
+        return {"check": True, "marks": {1000: (first, 400), 5000: (end, 500)}}
+
+    monkeypatch.setattr(bench, "run_reach", fake_run_reach)
+    figs = bt.measure(300, 100, 5000, runs=1, large_single=10, small_single=10)
+    assert calls == [(100, 1, 5000, (1000, 5000))]
+    assert figs["sustained_p99_first_ms"] == pytest.approx(np.percentile(first, 99) * 1e3)
+    assert figs["sustained_p99_end_ms"] == pytest.approx(np.percentile(end, 99) * 1e3)
+    assert figs["sustained_p99_ratio"] == pytest.approx(
+        np.percentile(end, 99) / np.percentile(first, 99))
+    assert (figs["sustained_records_first"], figs["sustained_records_end"]) == (400, 500)
+    assert figs["sustained_records_ratio"] == pytest.approx(1.25)
+    assert len(figs["checks"]) == 3 and all(figs["checks"].values())
