@@ -1105,11 +1105,14 @@ def _sort_range(vals, ts, fs, lo, hi, runs, tmp_v, tmp_t, tmp_f):
         return
     runs[nr] = m
     in_tmp = False
+    zero = np.int64(0)      # (not a literal 0, which would compile a second pass kernel)
     while nr > 1:
         if in_tmp:
-            nr = _merge_runs_pass(tmp_v, tmp_t, tmp_f, 0, vals, ts, fs, lo, runs, nr, vw)
+            nr = _merge_runs_pass(tmp_v, tmp_t, tmp_f, zero, vals, ts, fs, lo, runs, nr,
+                                  vw)
         else:
-            nr = _merge_runs_pass(vals, ts, fs, lo, tmp_v, tmp_t, tmp_f, 0, runs, nr, vw)
+            nr = _merge_runs_pass(vals, ts, fs, lo, tmp_v, tmp_t, tmp_f, zero, runs, nr,
+                                  vw)
         in_tmp = not in_tmp
     if in_tmp:
         for i in range(m):

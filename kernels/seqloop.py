@@ -747,7 +747,9 @@ def _join_deltas(bufs, cn, lx, nl, rx, nr, kw, j, ob):
 def _insert(tab, arena, meta, bufs, cn, tag, dx, n, kw, vw, j):
     """Insert delta buffer ``dx[:n]`` into trace ``tag`` at iteration ``j``; returns
     DONE, RQ_INSERT (the rest, from the key that lacked room) or OVF_ARR."""
-    r = _ins_apply(tab, arena, meta, tag, 0, list_item(bufs, dx), 0, n, kw, vw, j)
+    # (np.int64(0), not 0: a literal argument compiles a copy of the callee of its own)
+    r = _ins_apply(tab, arena, meta, tag, 0, list_item(bufs, dx), np.int64(0), n, kw,
+                   vw, j)
     if r == OVERFLOW:
         return OVF_ARR
     if r < n:
@@ -1695,7 +1697,8 @@ def run_times(lp, bufs, cn, tab, arena, meta, ups, times, stats, info):
                 continue
             code = _enter(nodes, lp, bufs, cn, ups, ptr, ln, t)
             while code < 0:
-                tab, arena = _serve(nodes, bufs, cn, tab, arena, meta, ln, 0, code)
+                tab, arena = _serve(nodes, bufs, cn, tab, arena, meta, ln,
+                                    np.int64(0), code)    # (not a literal: see _insert)
                 code = _enter(nodes, lp, bufs, cn, ups, ptr, ln, t)
             if code == 0:
                 continue
