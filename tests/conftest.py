@@ -8,6 +8,7 @@ skipped, with the reason, only where one of them is missing.
 """
 from __future__ import annotations
 
+import collections
 import os
 import shutil
 
@@ -39,3 +40,35 @@ def loop_mode(request):
     from oracle import loops_in
     with loops_in(request.param):
         yield request.param
+
+
+# ddnumba.native compiles kernels.seqloop.run_times on its own before the runtime
+# (native.compile_runtime), for the signature the runtime calls it with. Were the two
+# to differ, the runtime's compile would compile it a second time: minutes lost on a
+# cold start, and no test would notice. Kernels compile only without a cache (CI, from
+# a fresh clone, compiles them all within the suite); there a second compile fails the
+# session.
+_COMPILES = collections.Counter()
+_ONCE = ("ddnumba.kernels.seqloop.run_times",)
+
+
+def pytest_configure(config):
+    from numba.core import event
+
+    class CompileCounter(event.Listener):
+        def on_start(self, ev):
+            f = ev.data["dispatcher"].py_func
+            _COMPILES[f"{f.__module__}.{f.__qualname__}"] += 1
+
+        def on_end(self, ev):
+            pass
+
+    event.register("numba:compile", CompileCounter())
+
+
+def pytest_sessionfinish(session, exitstatus):
+    twice = {k: _COMPILES[k] for k in _ONCE if _COMPILES[k] > 1}
+    if twice:
+        print(f"\nkernels compiled more than once in this process (a signature in "
+              f"ddnumba.native differs from the one its caller uses): {twice}")
+        session.exitstatus = 1

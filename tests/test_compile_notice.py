@@ -58,3 +58,19 @@ def test_the_engine_announces_only_a_cold_runtime(monkeypatch):
     inp.advance_to(3)
     df.run()
     assert len(used) == 1
+
+
+def test_the_loop_kernel_is_compiled_first_for_the_signature_its_caller_uses():
+    from ddnumba.kernels import seqloop
+    df = dd.Dataflow(engine="native")
+    inp, c = df.new_input(["k"])
+    c.count().probe()
+    inp.insert(np.arange(3), time=0)
+    inp.advance_to(1)
+    df.run()
+    sig = N.seq_run_times_signature()
+    # compile_runtime compiled (or loaded) it for this signature and no other; that
+    # the runtime calls it with the same one is checked where kernels compile (see
+    # tests/conftest.py)
+    assert [tuple(s) for s in seqloop.run_times.signatures] == [sig]
+    assert sig[6].dtype is _rt.BATCH_TYPE
