@@ -104,9 +104,11 @@ def compile_runtime(sig):
 
     The sequential loop's ``seqloop.run_times`` goes first, on its own. Nested deep
     inside ``run``'s compile, Numba's type inference of its largest kernel
-    (``_reduce_keys``) ran ~7x slower than compiled by itself; compiled first, the
-    whole cold compile took 267 s instead of 311 s (HISTORY, twenty-ninth session).
-    ``run``'s compile then finds it compiled for the signature it calls it with."""
+    (``_reduce_keys``) ran ~7x slower than compiled by itself; compiled first, a
+    benchmark session's cold compile took 248 s instead of 306 s (the README's first
+    command: 251 against 259 s; HISTORY, twenty-ninth session). ``run``'s compile then
+    finds it compiled for the signature it calls it with (``tests/conftest.py`` fails a
+    test session in which it compiles twice)."""
     if _cold(_seq.run_times):
         _seq.run_times.compile(seq_run_times_signature())
     _rt.run.compile(sig)
