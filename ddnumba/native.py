@@ -91,12 +91,13 @@ def _cold(dispatcher):
 
 def seq_run_times_signature():
     """The argument types ``kernels.runtime._run_loop_seq`` calls
-    ``kernels.seqloop.run_times`` with (see :func:`compile_runtime`)."""
-    from numba import types
-    i1 = types.Array(types.int64, 1, "C")
-    i2 = types.Array(types.int64, 2, "C")
-    return (i1, types.ListType(i2), i1, i2, i2, i1, types.ListType(_rt.BATCH_TYPE), i1,
-            i2, i1)
+    ``kernels.seqloop.run_times`` with (see :func:`compile_runtime`), in the runtime's
+    own type names: the program and counters (``SEQ_TYPE``), the buffers, the hashed
+    state (``HSTATE_TYPE``), the entered batches, the times, statistics and info."""
+    i1, i2 = _rt._I1, _rt._I2
+    lp, cn = _rt.SEQ_TYPE.types
+    tab, arena, meta = _rt.HSTATE_TYPE.types
+    return (lp, _rt._I2LIST, cn, tab, arena, meta, _rt._BLIST, i1, i2, i1)
 
 
 def compile_runtime(sig):
