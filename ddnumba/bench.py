@@ -714,7 +714,9 @@ def main(argv=None):
         import sys
         import tempfile
         with tempfile.TemporaryDirectory(prefix="ddnumba-profile-") as tmp:
-            env = dict(os.environ, NUMBA_CACHE_DIR=tmp, _DDNUMBA_FRESH="1")
+            # (no compile helper: code it compiles reaches this process via the cache)
+            env = dict(os.environ, NUMBA_CACHE_DIR=tmp, _DDNUMBA_FRESH="1",
+                       DDNUMBA_COMPILE_HELPER="0")
             print("profile: compiling the kernels afresh so that perf can name them "
                   "(a few minutes; --cached skips this)", flush=True)
             raise SystemExit(subprocess.call(

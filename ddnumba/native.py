@@ -109,10 +109,85 @@ def compile_runtime(sig):
     benchmark session's cold compile took 248 s instead of 306 s (the README's first
     command: 251 against 259 s; HISTORY, twenty-ninth session). ``run``'s compile then
     finds it compiled for the signature it calls it with (``tests/conftest.py`` fails a
-    test session in which it compiles twice)."""
+    test session in which it compiles twice).
+
+    When nothing of it is cached and the machine has a core to spare, a helper process
+    compiles ``run_times`` into Numba's on-disk cache (:func:`_compile_loop_kernel`)
+    while this one compiles the round-wise loop ``runtime._run_loop`` and the root
+    scope's steps under it; ``run``'s compile then loads ``run_times`` from the cache.
+    Numba compiles one function at a time in a process, so this is the only way to use
+    both cores. Should the helper fail, ``run_times`` is compiled here after all.
+    ``DDNUMBA_COMPILE_HELPER=0`` turns the helper off."""
+    helper = None
     if _cold(_seq.run_times):
+        if _helper_wanted():
+            helper = _start_helper()
+        if helper is None:
+            _seq.run_times.compile(seq_run_times_signature())
+    if helper is not None:
+        try:
+            from numba import types
+            _rt._run_loop.compile((sig[0], sig[1], types.int64))
+            rc = helper.wait()
+        finally:
+            if helper.poll() is None:
+                helper.kill()
+                helper.wait()
+        if rc != 0:
+            import sys
+            print(f"ddnumba: the compile helper failed (exit status {rc}); compiling "
+                  f"its part here", file=sys.stderr, flush=True)
+        # (loads what the helper cached, or compiles it)
         _seq.run_times.compile(seq_run_times_signature())
     _rt.run.compile(sig)
+
+
+def _cache_entries(dispatcher):
+    """How many signatures of ``dispatcher`` Numba's on-disk cache holds for its
+    current source (0: it would compile), or None when that cannot be told (caching
+    off, or another Numba's cache layout)."""
+    try:
+        return len(dispatcher._cache._cache_file._load_index())
+    except Exception:       # (a private part of Numba: any change means "unknown")
+        return None
+
+
+def _helper_wanted():
+    """Whether a cold start should compile the loop kernel in a helper process: it is
+    not cached, there are two cores to use, and ``DDNUMBA_COMPILE_HELPER`` is not 0."""
+    import os
+    if os.environ.get("DDNUMBA_COMPILE_HELPER", "1") == "0":
+        return False
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    return cores >= 2 and _cache_entries(_seq.run_times) == 0
+
+
+HELPER_CODE = "import ddnumba.native as n; n._compile_loop_kernel()"
+
+
+def _start_helper():
+    """Start the helper process (:func:`_compile_loop_kernel`); None if it cannot be
+    started. Its output goes to this process's stderr (only errors: it prints
+    nothing)."""
+    import subprocess
+    import sys
+    try:
+        return subprocess.Popen([sys.executable, "-c", HELPER_CODE],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    except OSError:
+        return None
+
+
+def _compile_loop_kernel():
+    """The helper process of :func:`compile_runtime`: compile ``seqloop.run_times``
+    for the runtime's signature into Numba's on-disk cache (or find it there).
+    Returns whether it was compiled (not loaded)."""
+    sig = seq_run_times_signature()
+    _seq.run_times.compile(sig)
+    return _seq.run_times.stats.cache_misses.get(sig, 0) > 0
 
 
 class Unsupported(Exception):

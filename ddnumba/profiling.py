@@ -5,16 +5,19 @@ Numba's machine code lives in anonymous memory, so ``perf report`` shows it as
 every compiled function of this process to ``/tmp/perf-<pid>.map``, the file ``perf``
 reads to name JIT code, so a profile splits the time by kernel::
 
-    NUMBA_CACHE_DIR=$(mktemp -d) python my_job.py &        # calls write_perf_map()
+    export NUMBA_CACHE_DIR=$(mktemp -d) DDNUMBA_COMPILE_HELPER=0
+    python my_job.py &                                     # calls write_perf_map()
     perf record -F 999 -p <pid> -o prof.data               # while the job runs
     perf report -i prof.data --no-children --sort sym
 
 Functions loaded from Numba's on-disk cache carry no symbol table, so only their entry
 points get names; run with an empty ``NUMBA_CACHE_DIR`` (everything compiles afresh)
-to name every function, helpers included. Call :func:`write_perf_map` after the
-dataflow's first ``run()`` (everything it uses is compiled by then) and before the
-part to profile. ``python -m ddnumba.bench profile`` does all of this for the
-reachability benchmark.
+to name every function, helpers included, and with ``DDNUMBA_COMPILE_HELPER=0``: on a
+cold start, a helper process compiles the loop kernel, which then reaches this process
+through the cache (``ddnumba.native.compile_runtime``). Call :func:`write_perf_map`
+after the dataflow's first ``run()`` (everything it uses is compiled by then) and
+before the part to profile. ``python -m ddnumba.bench profile`` does all of this for
+the reachability benchmark.
 
 Reference counting (``NRT_incref`` / ``NRT_decref``, atomic updates Numba makes when
 a compiled function takes or drops an array) often tops such a profile, and ``perf``

@@ -47,7 +47,9 @@ def loop_mode(request):
 # to differ, the runtime's compile would compile it a second time: minutes lost on a
 # cold start, and no test would notice. Kernels compile only without a cache (CI, from
 # a fresh clone, compiles them all within the suite); there a second compile fails the
-# session.
+# session. (On a cold start with two cores a helper process compiles it instead and
+# this process loads it from the cache: then a differing signature leaves two in
+# ``run_times.signatures``, which tests/test_compile_notice.py checks.)
 _COMPILES = collections.Counter()
 _ONCE = ("ddnumba.kernels.seqloop.run_times",)
 

@@ -74,3 +74,137 @@ def test_the_loop_kernel_is_compiled_first_for_the_signature_its_caller_uses():
     # tests/conftest.py)
     assert [tuple(s) for s in seqloop.run_times.signatures] == [sig]
     assert sig[6].dtype is _rt.BATCH_TYPE
+
+
+# --------------------------------------------------------------- the compile helper
+# On a cold start compile_runtime has a helper process compile the loop kernel into
+# Numba's cache while this process compiles the round-wise loop; the tests below take
+# the decisions and the order apart with stand-ins for the kernels (a real cold
+# compile takes minutes), and check the parts that touch Numba and a real process.
+
+
+class _Disp:
+    """Stands in for a Numba dispatcher: records what it is asked to compile."""
+
+    def __init__(self, name, log, fail=False, compiled=()):
+        self.name, self.log, self.fail, self.signatures = name, log, fail, compiled
+
+    def compile(self, sig):
+        self.log.append((self.name, sig))
+        if self.fail:
+            raise RuntimeError(f"{self.name} failed")
+
+
+def _stand_ins(monkeypatch, helper_code=None, wanted=True, cached=False, fail=False):
+    """Replace the kernels compile_runtime compiles; the helper (when wanted) runs
+    ``helper_code`` in a real process. Returns the call log and the started helpers."""
+    import subprocess
+    import sys
+    import types as pytypes
+    log, started = [], []
+    rt = pytypes.SimpleNamespace(_run_loop=_Disp("_run_loop", log, fail=fail),
+                                 run=_Disp("run", log))
+    seq = pytypes.SimpleNamespace(
+        run_times=_Disp("run_times", log, compiled=("x",) if cached else ()))
+    monkeypatch.setattr(N, "_rt", rt)
+    monkeypatch.setattr(N, "_seq", seq)
+    monkeypatch.setattr(N, "seq_run_times_signature", lambda: "SEQ")
+    monkeypatch.setattr(N, "_helper_wanted", lambda: wanted)
+
+    def start():
+        if helper_code is None:
+            return None
+        p = subprocess.Popen([sys.executable, "-c", helper_code])
+        started.append(p)
+        return p
+
+    monkeypatch.setattr(N, "_start_helper", start)
+    return log, started
+
+
+def test_a_cold_start_compiles_the_round_wise_loop_while_the_helper_works(
+        monkeypatch, capsys):
+    from numba import types
+    log, started = _stand_ins(monkeypatch, "import time; time.sleep(0.3)")
+    N.compile_runtime(("P", "S", "F"))
+    assert log == [("_run_loop", ("P", "S", types.int64)), ("run_times", "SEQ"),
+                   ("run", ("P", "S", "F"))]
+    assert started[0].returncode == 0           # waited for before run_times
+    assert capsys.readouterr().err == ""
+
+
+def test_a_failed_helper_is_said_and_its_part_compiled_here(monkeypatch, capsys):
+    log, started = _stand_ins(monkeypatch, "import sys; sys.exit(3)")
+    N.compile_runtime(("P", "S", "F"))
+    assert [name for name, _ in log] == ["_run_loop", "run_times", "run"]
+    assert "exit status 3" in capsys.readouterr().err
+
+
+def test_without_a_helper_the_loop_kernel_goes_first(monkeypatch):
+    for kw in ({"wanted": False, "helper_code": "pass"}, {"helper_code": None}):
+        log, started = _stand_ins(monkeypatch, **kw)
+        N.compile_runtime(("P", "S", "F"))
+        assert log == [("run_times", "SEQ"), ("run", ("P", "S", "F"))]
+        assert started == []
+    log, started = _stand_ins(monkeypatch, "pass", cached=True)
+    N.compile_runtime(("P", "S", "F"))
+    assert log == [("run", ("P", "S", "F"))] and started == []
+
+
+def test_the_helper_does_not_outlive_a_failed_compile(monkeypatch):
+    import pytest
+    log, started = _stand_ins(monkeypatch, "import time; time.sleep(60)", fail=True)
+    with pytest.raises(RuntimeError, match="_run_loop failed"):
+        N.compile_runtime(("P", "S", "F"))
+    assert started[0].returncode not in (None, 0)   # killed, not waited for
+
+
+def test_the_helper_is_wanted_on_a_cold_cache_with_two_cores(monkeypatch):
+    import os
+    monkeypatch.delenv("DDNUMBA_COMPILE_HELPER", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    for entries, wanted in ((0, True), (1, False), (None, False)):
+        monkeypatch.setattr(N, "_cache_entries", lambda d, e=entries: e)
+        assert N._helper_wanted() is wanted
+    monkeypatch.setattr(N, "_cache_entries", lambda d: 0)
+    monkeypatch.setenv("DDNUMBA_COMPILE_HELPER", "0")
+    assert not N._helper_wanted()
+    monkeypatch.setenv("DDNUMBA_COMPILE_HELPER", "1")
+    assert N._helper_wanted()
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    assert not N._helper_wanted()
+
+
+def test_the_cache_probe_tells_a_cached_function_from_a_cold_one(tmp_path):
+    import importlib.util
+    src = tmp_path / "probe_mod.py"
+    src.write_text("from numba import njit\n\n\n@njit(cache=True)\n"
+                   "def f(x):\n    return x + 1\n")
+    spec = importlib.util.spec_from_file_location("probe_mod", src)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert N._cache_entries(mod.f) == 0
+    assert mod.f(1) == 2
+    assert N._cache_entries(mod.f) == 1
+    mod.f(1.5)
+    assert N._cache_entries(mod.f) == 2
+    assert N._cache_entries(object()) is None
+
+
+def test_the_helper_process_finds_what_this_process_cached():
+    """The helper's command, run for real after this process has the runtime: it must
+    import, build the same signature and find it in the same cache (a compile here
+    would mean it computes another signature or looks elsewhere)."""
+    import subprocess
+    import sys
+    df = dd.Dataflow(engine="native")
+    inp, c = df.new_input(["k"])
+    c.count().probe()
+    inp.insert(np.arange(3), time=0)
+    inp.advance_to(1)
+    df.run()
+    code = N.HELPER_CODE + ("; import sys; from ddnumba.kernels import seqloop as s; "
+                            "sys.exit(5 if s.run_times.stats.cache_misses else 0)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=900)
+    assert r.returncode == 0, r.stderr
