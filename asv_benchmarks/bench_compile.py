@@ -5,9 +5,12 @@ benchmark process has already imported everything and loaded its kernels).
 * ``NativeRuntime``: a tiny reachability dataflow (``ddnumba.bench.build_reach``) built
   and run on ``engine="native"`` until its first complete answer, in a subprocess with
   an empty temporary ``NUMBA_CACHE_DIR`` (cold: the compile of the native runtime,
-  ~1-2 minutes) and then again with that directory populated (warm: loading the cached
-  code). The seconds are measured inside the subprocess, from before ``import ddnumba``
-  to after the first ``run()`` returned.
+  2-4 minutes on this project's 2-core VM) and then again with that directory
+  populated (warm: loading the cached code); and cold once more with
+  ``DDNUMBA_COMPILE_HELPER=0``, where no helper process compiles the loop kernel
+  beside the rest (``ddnumba.native.compile_runtime``). The seconds are measured
+  inside the subprocess, from before ``import ddnumba`` to after the first ``run()``
+  returned.
 * ``KernelCompile``: one storage kernel (``consolidate``) compiled with an empty cache.
 """
 import glob
@@ -54,9 +57,9 @@ print(time.perf_counter() - t0)
 """
 
 
-def _python(script, *, cache_dir=None, timeout=600):
+def _python(script, *, cache_dir=None, timeout=600, env_extra=None):
     """Run ``script`` in a fresh interpreter; its last stdout line."""
-    env = dict(os.environ)
+    env = dict(os.environ, **(env_extra or {}))
     if cache_dir is not None:
         env["NUMBA_CACHE_DIR"] = cache_dir
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
@@ -84,21 +87,26 @@ class Import:
 
 class NativeRuntime:
     """Time to the first answer of a tiny dataflow on the native engine, with an empty
-    Numba cache (cold compile) and with the cache that run left (warm load)."""
+    Numba cache (cold compile, with and without the compile helper process) and with
+    the cache that run left (warm load)."""
 
-    timeout = 900
+    timeout = 1800
 
     def setup_cache(self):
         cache_dir = tempfile.mkdtemp(prefix="ddnumba-asv-numba-")
+        alone_dir = tempfile.mkdtemp(prefix="ddnumba-asv-numba-")
         try:
-            cold = json.loads(_python(_NATIVE_SCRIPT, cache_dir=cache_dir, timeout=600))
+            cold = json.loads(_python(_NATIVE_SCRIPT, cache_dir=cache_dir, timeout=900))
             warm = [json.loads(_python(_NATIVE_SCRIPT, cache_dir=cache_dir, timeout=300))
                     for _ in range(3)]
+            alone = json.loads(_python(_NATIVE_SCRIPT, cache_dir=alone_dir, timeout=900,
+                                       env_extra={"DDNUMBA_COMPILE_HELPER": "0"}))
         finally:
             shutil.rmtree(cache_dir, ignore_errors=True)
-        return {"cold": cold,
+            shutil.rmtree(alone_dir, ignore_errors=True)
+        return {"cold": cold, "cold_no_helper": alone,
                 "warm": {k: float(np.median([w[k] for w in warm])) for k in warm[0]}}
-    setup_cache.timeout = 900
+    setup_cache.timeout = 1800
 
     def track_cold_seconds(self, r):
         return r["cold"]["total_s"]
@@ -107,6 +115,10 @@ class NativeRuntime:
     def track_cold_first_run_seconds(self, r):
         return r["cold"]["first_run_s"]
     track_cold_first_run_seconds.unit = "s"
+
+    def track_cold_no_helper_seconds(self, r):
+        return r["cold_no_helper"]["total_s"]
+    track_cold_no_helper_seconds.unit = "s"
 
     def track_warm_seconds(self, r):
         return r["warm"]["total_s"]

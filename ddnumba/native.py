@@ -165,18 +165,23 @@ def _helper_wanted():
     return cores >= 2 and _cache_entries(_seq.run_times) == 0
 
 
-HELPER_CODE = "import ddnumba.native as n; n._compile_loop_kernel()"
+def helper_command():
+    """The helper process's command line: this interpreter, with this process's
+    import path (a script's own directory included) ahead of its own, running
+    :func:`_compile_loop_kernel`."""
+    import sys
+    return [sys.executable, "-c",
+            f"import sys; sys.path[:0] = {list(sys.path)!r}; "
+            f"import ddnumba.native as n; n._compile_loop_kernel()"]
 
 
 def _start_helper():
-    """Start the helper process (:func:`_compile_loop_kernel`); None if it cannot be
-    started. Its output goes to this process's stderr (only errors: it prints
-    nothing)."""
+    """Start the helper process (:func:`helper_command`); None if it cannot be
+    started. It prints nothing but errors (on this process's stderr)."""
     import subprocess
-    import sys
     try:
-        return subprocess.Popen([sys.executable, "-c", HELPER_CODE],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        return subprocess.Popen(helper_command(), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL)
     except OSError:
         return None
 

@@ -191,10 +191,11 @@ def test_the_cache_probe_tells_a_cached_function_from_a_cold_one(tmp_path):
     assert N._cache_entries(object()) is None
 
 
-def test_the_helper_process_finds_what_this_process_cached():
-    """The helper's command, run for real after this process has the runtime: it must
-    import, build the same signature and find it in the same cache (a compile here
-    would mean it computes another signature or looks elsewhere)."""
+def test_the_helper_process_finds_what_this_process_cached(tmp_path):
+    """The helper's command, run for real (from another directory) after this process
+    has the runtime: it must import, build the same signature and find it in the same
+    cache (a compile here would mean it computes another signature or looks
+    elsewhere)."""
     import subprocess
     import sys
     df = dd.Dataflow(engine="native")
@@ -203,8 +204,10 @@ def test_the_helper_process_finds_what_this_process_cached():
     inp.insert(np.arange(3), time=0)
     inp.advance_to(1)
     df.run()
-    code = N.HELPER_CODE + ("; import sys; from ddnumba.kernels import seqloop as s; "
-                            "sys.exit(5 if s.run_times.stats.cache_misses else 0)")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       timeout=900)
+    cmd = N.helper_command()
+    assert cmd[0] == sys.executable
+    cmd[-1] += ("; from ddnumba.kernels import seqloop as s; "
+                "sys.exit(5 if s.run_times.stats.cache_misses else 0)")
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900,
+                       cwd=tmp_path)
     assert r.returncode == 0, r.stderr
