@@ -116,8 +116,9 @@ def compile_runtime(sig):
     while this one compiles the round-wise loop ``runtime._run_loop`` and the root
     scope's steps under it; ``run``'s compile then loads ``run_times`` from the cache.
     Numba compiles one function at a time in a process, so this is the only way to use
-    both cores. Should the helper fail, ``run_times`` is compiled here after all.
-    ``DDNUMBA_COMPILE_HELPER=0`` turns the helper off."""
+    both cores. Should the helper fail, or take more than ``HELPER_PATIENCE`` times
+    as long as this process's part (and at least ``HELPER_MIN_WAIT_S``), ``run_times``
+    is compiled here after all. ``DDNUMBA_COMPILE_HELPER=0`` turns the helper off."""
     helper = None
     if _cold(_seq.run_times):
         if _helper_wanted():
@@ -125,21 +126,38 @@ def compile_runtime(sig):
         if helper is None:
             _seq.run_times.compile(seq_run_times_signature())
     if helper is not None:
+        import subprocess
+        import sys
+        import time
         try:
             from numba import types
+            t0 = time.monotonic()
             _rt._run_loop.compile((sig[0], sig[1], types.int64))
-            rc = helper.wait()
+            wait = max(HELPER_MIN_WAIT_S, HELPER_PATIENCE * (time.monotonic() - t0))
+            try:
+                rc = helper.wait(timeout=wait)
+            except subprocess.TimeoutExpired:
+                rc = None
         finally:
             if helper.poll() is None:
                 helper.kill()
                 helper.wait()
-        if rc != 0:
-            import sys
+        if rc is None:
+            print(f"ddnumba: the compile helper did not finish within {wait:.0f} s; "
+                  f"compiling its part here", file=sys.stderr, flush=True)
+        elif rc != 0:
             print(f"ddnumba: the compile helper failed (exit status {rc}); compiling "
                   f"its part here", file=sys.stderr, flush=True)
         # (loads what the helper cached, or compiles it)
         _seq.run_times.compile(seq_run_times_signature())
     _rt.run.compile(sig)
+
+
+# How long compile_runtime waits for its helper once its own part is compiled: this
+# many times as long as that part took (the two parts take about as long), and at least
+# HELPER_MIN_WAIT_S; then the helper is stopped and its part compiled in this process.
+HELPER_PATIENCE = 4.0
+HELPER_MIN_WAIT_S = 300.0
 
 
 def _cache_entries(dispatcher):

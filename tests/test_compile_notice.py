@@ -151,6 +151,18 @@ def test_without_a_helper_the_loop_kernel_goes_first(monkeypatch):
     assert log == [("run", ("P", "S", "F"))] and started == []
 
 
+def test_a_helper_that_does_not_finish_is_stopped_and_its_part_compiled_here(
+        monkeypatch, capsys):
+    log, started = _stand_ins(monkeypatch, "import time; time.sleep(60)")
+    monkeypatch.setattr(N, "HELPER_MIN_WAIT_S", 1.0)
+    t0 = time.monotonic()
+    N.compile_runtime(("P", "S", "F"))
+    assert time.monotonic() - t0 < 30
+    assert started[0].returncode not in (None, 0)   # killed
+    assert [name for name, _ in log] == ["_run_loop", "run_times", "run"]
+    assert "did not finish within 1 s" in capsys.readouterr().err
+
+
 def test_the_helper_does_not_outlive_a_failed_compile(monkeypatch):
     import pytest
     log, started = _stand_ins(monkeypatch, "import time; time.sleep(60)", fail=True)
