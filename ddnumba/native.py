@@ -114,23 +114,33 @@ def compile_runtime(sig):
     When nothing of it is cached and the machine has a core to spare, a helper process
     compiles ``run_times`` into Numba's on-disk cache (:func:`_compile_loop_kernel`)
     while this one compiles the round-wise loop ``runtime._run_loop`` and the root
-    scope's steps under it; ``run``'s compile then loads ``run_times`` from the cache.
+    scope's steps under it, both writing the cache under a lock
+    (:class:`serialized_cache_saves`); ``run``'s compile then loads ``run_times``
+    from the cache.
     Numba compiles one function at a time in a process, so this is the only way to use
     both cores. Should the helper fail, or take more than ``HELPER_PATIENCE`` times
     as long as this process's part (and at least ``HELPER_MIN_WAIT_S``), ``run_times``
     is compiled here after all. ``DDNUMBA_COMPILE_HELPER=0`` turns the helper off."""
-    helper = None
     if _cold(_seq.run_times):
-        if _helper_wanted():
-            helper = _start_helper()
-        if helper is None:
+        if not (_helper_wanted() and _compile_beside_helper(sig)):
             _seq.run_times.compile(seq_run_times_signature())
-    if helper is not None:
-        import subprocess
-        import sys
-        import time
+    _rt.run.compile(sig)
+
+
+def _compile_beside_helper(sig):
+    """Compile ``runtime._run_loop`` for ``run``'s ``sig`` while a helper process
+    compiles ``seqloop.run_times`` into the cache, then load that here (or compile it,
+    should the helper fail or take too long). Returns False if no helper could be
+    started (nothing done)."""
+    import subprocess
+    import sys
+    import time
+    from numba import types
+    with serialized_cache_saves():
+        helper = _start_helper()
+        if helper is None:
+            return False
         try:
-            from numba import types
             t0 = time.monotonic()
             _rt._run_loop.compile((sig[0], sig[1], types.int64))
             wait = max(HELPER_MIN_WAIT_S, HELPER_PATIENCE * (time.monotonic() - t0))
@@ -139,18 +149,16 @@ def compile_runtime(sig):
             except subprocess.TimeoutExpired:
                 rc = None
         finally:
-            if helper.poll() is None:
-                helper.kill()
-                helper.wait()
-        if rc is None:
-            print(f"ddnumba: the compile helper did not finish within {wait:.0f} s; "
-                  f"compiling its part here", file=sys.stderr, flush=True)
-        elif rc != 0:
-            print(f"ddnumba: the compile helper failed (exit status {rc}); compiling "
-                  f"its part here", file=sys.stderr, flush=True)
-        # (loads what the helper cached, or compiles it)
-        _seq.run_times.compile(seq_run_times_signature())
-    _rt.run.compile(sig)
+            _end_helper(helper)
+    if rc is None:
+        print(f"ddnumba: the compile helper did not finish within {wait:.0f} s; "
+              f"compiling its part here", file=sys.stderr, flush=True)
+    elif rc != 0:
+        print(f"ddnumba: the compile helper failed (exit status {rc}); compiling "
+              f"its part here", file=sys.stderr, flush=True)
+    # (loads what the helper cached, or compiles it)
+    _seq.run_times.compile(seq_run_times_signature())
+    return True
 
 
 # How long compile_runtime waits for its helper once its own part is compiled: this
@@ -195,8 +203,12 @@ def helper_command():
 
 def _start_helper():
     """Start the helper process (:func:`helper_command`); None if it cannot be
-    started. It prints nothing but errors (on this process's stderr)."""
+    started, or if Numba's cache writes cannot be serialized here
+    (:func:`serialized_cache_saves`). It prints nothing but errors (on this process's
+    stderr)."""
     import subprocess
+    if _save_lock() is None:
+        return None
     try:
         return subprocess.Popen(helper_command(), stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL)
@@ -204,13 +216,82 @@ def _start_helper():
         return None
 
 
+def _end_helper(p):
+    """Stop helper ``p`` if it still runs."""
+    if p.poll() is None:
+        p.kill()
+        p.wait()
+
+
 def _compile_loop_kernel():
     """The helper process of :func:`compile_runtime`: compile ``seqloop.run_times``
-    for the runtime's signature into Numba's on-disk cache (or find it there).
-    Returns whether it was compiled (not loaded)."""
+    for the runtime's signature into Numba's on-disk cache (or find it there), its
+    cache writes serialized with the caller's. Returns whether it was compiled (not
+    loaded)."""
     sig = seq_run_times_signature()
-    _seq.run_times.compile(sig)
+    with serialized_cache_saves():
+        _seq.run_times.compile(sig)
     return _seq.run_times.stats.cache_misses.get(sig, 0) > 0
+
+
+SAVE_LOCK_NAME = "ddnumba-save.lock"
+
+
+def _save_lock():
+    """The ``(IndexDataCacheFile, fcntl)`` that :func:`serialized_cache_saves` needs,
+    or None where it cannot work (no ``fcntl``: not POSIX; another Numba)."""
+    try:
+        import fcntl
+        from numba.core.caching import IndexDataCacheFile
+    except ImportError:
+        return None
+    if not callable(getattr(IndexDataCacheFile, "save", None)):
+        return None
+    return IndexDataCacheFile, fcntl
+
+
+class serialized_cache_saves:
+    """While active, every write of an entry to Numba's on-disk cache in this process
+    holds an exclusive lock (``flock``) on ``SAVE_LOCK_NAME`` in the cache directory.
+
+    Numba's cache is not safe for two processes writing entries of one function at
+    once: each reads the function's index, picks a data file name for its new entry
+    and writes the index back, so two entries can get the same name and an index can
+    end up naming the other process's data. :func:`compile_runtime` and its helper
+    both hold this while they compile side by side (shared kernels are compiled by
+    whichever gets there first and loaded by the other). Readers need no lock: Numba
+    writes each file under a temporary name and renames it. Where a lock file cannot
+    be opened or locked, the write goes ahead without it."""
+
+    def __enter__(self):
+        import os
+        found = _save_lock()
+        if found is None:
+            self.cls = None
+            return self
+        cls, fcntl = found
+        self.cls, self.orig = cls, cls.save
+        orig = cls.save
+
+        def save(cache_file, key, data):
+            try:
+                f = open(os.path.join(cache_file._cache_path, SAVE_LOCK_NAME), "a")
+            except OSError:
+                return orig(cache_file, key, data)
+            with f:
+                try:
+                    fcntl.flock(f, fcntl.LOCK_EX)
+                except OSError:
+                    pass
+                return orig(cache_file, key, data)      # (closing f unlocks)
+
+        cls.save = save
+        return self
+
+    def __exit__(self, *exc):
+        if self.cls is not None:
+            self.cls.save = self.orig
+        return False
 
 
 class Unsupported(Exception):

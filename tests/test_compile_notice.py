@@ -187,7 +187,8 @@ def test_the_helper_is_wanted_on_a_cold_cache_with_two_cores(monkeypatch):
     assert not N._helper_wanted()
 
 
-def test_the_cache_probe_tells_a_cached_function_from_a_cold_one(tmp_path):
+def _probe_module(tmp_path):
+    """A module of one cached Numba function, in ``tmp_path`` (its cache beside it)."""
     import importlib.util
     src = tmp_path / "probe_mod.py"
     src.write_text("from numba import njit\n\n\n@njit(cache=True)\n"
@@ -195,6 +196,11 @@ def test_the_cache_probe_tells_a_cached_function_from_a_cold_one(tmp_path):
     spec = importlib.util.spec_from_file_location("probe_mod", src)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_cache_probe_tells_a_cached_function_from_a_cold_one(tmp_path):
+    mod = _probe_module(tmp_path)
     assert N._cache_entries(mod.f) == 0
     assert mod.f(1) == 2
     assert N._cache_entries(mod.f) == 1
@@ -203,7 +209,42 @@ def test_the_cache_probe_tells_a_cached_function_from_a_cold_one(tmp_path):
     assert N._cache_entries(object()) is None
 
 
-def test_the_helper_process_finds_what_this_process_cached(tmp_path):
+def test_cache_saves_wait_for_the_lock_while_serialized(tmp_path):
+    """Inside ``serialized_cache_saves`` a write to Numba's cache waits while another
+    process holds the lock of that cache directory; outside, Numba's own save is back.
+    (An order of events, not a duration: the other process writes the time it lets go
+    just before it does.)"""
+    import subprocess
+    import sys
+    import time
+    from numba.core.caching import IndexDataCacheFile
+    mod = _probe_module(tmp_path)
+    cache_dir = str(mod.f._cache._cache_path)
+    lock = f"{cache_dir}/{N.SAVE_LOCK_NAME}"
+    released = tmp_path / "released"
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import fcntl, os, sys, time\n"
+         f"os.makedirs({cache_dir!r}, exist_ok=True)\n"
+         f"f = open({lock!r}, 'a'); fcntl.flock(f, fcntl.LOCK_EX)\n"
+         "print('locked', flush=True); time.sleep(1.5)\n"
+         f"open({str(released)!r}, 'w').write(repr(time.time()))\n"
+         "f.close()\n"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        original = IndexDataCacheFile.save
+        with N.serialized_cache_saves():
+            assert IndexDataCacheFile.save is not original
+            assert mod.f(1) == 2                    # compiles, then saves (waits)
+            saved_at = time.time()
+        assert IndexDataCacheFile.save is original
+    finally:
+        holder.wait(timeout=60)
+    assert saved_at >= float(released.read_text())
+    assert N._cache_entries(mod.f) == 1
+
+
+def test_the_helper_process_finds_the_loop_kernel(tmp_path):
     """The helper's command, run for real (from another directory) after this process
     has the runtime: it must import, build the same signature and find it in the same
     cache (a compile here would mean it computes another signature or looks
