@@ -24,13 +24,20 @@ def test_fast_block_says_nothing(capsys):
     assert capsys.readouterr().err == ""
 
 
-def test_the_engine_announces_only_a_cold_runtime(monkeypatch):
+def _run_a_native_count():
+    """A small native dataflow run once (the runtime compiled or loaded by then);
+    returns it and its input."""
     df = dd.Dataflow(engine="native")
     inp, c = df.new_input(["k"])
     c.count().probe()
     inp.insert(np.arange(3), time=0)
     inp.advance_to(1)
-    df.run()                        # compiled (or loaded) by now, in any order of tests
+    df.run()
+    return df, inp
+
+
+def test_the_engine_announces_only_a_cold_runtime(monkeypatch):
+    df, inp = _run_a_native_count()  # compiled (or loaded) by now, in any order
     assert not N._cold(_rt.run)
     assert N._cold(object())
     # pretend the runtime had not been compiled in this process: the run is wrapped
@@ -62,12 +69,7 @@ def test_the_engine_announces_only_a_cold_runtime(monkeypatch):
 
 def test_the_loop_kernel_is_compiled_first_for_the_signature_its_caller_uses():
     from ddnumba.kernels import seqloop
-    df = dd.Dataflow(engine="native")
-    inp, c = df.new_input(["k"])
-    c.count().probe()
-    inp.insert(np.arange(3), time=0)
-    inp.advance_to(1)
-    df.run()
+    _run_a_native_count()
     sig = N.seq_run_times_signature()
     # compile_runtime compiled (or loaded) it for this signature and no other; that
     # the runtime calls it with the same one is checked where kernels compile (see
@@ -251,12 +253,7 @@ def test_the_helper_process_finds_the_loop_kernel(tmp_path):
     elsewhere)."""
     import subprocess
     import sys
-    df = dd.Dataflow(engine="native")
-    inp, c = df.new_input(["k"])
-    c.count().probe()
-    inp.insert(np.arange(3), time=0)
-    inp.advance_to(1)
-    df.run()
+    _run_a_native_count()
     cmd = N.helper_command()
     assert cmd[0] == sys.executable
     cmd[-1] += ("; from ddnumba.kernels import seqloop as s; "
