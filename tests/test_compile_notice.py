@@ -229,7 +229,7 @@ def test_cache_saves_wait_for_the_lock_while_serialized(tmp_path):
          "import fcntl, os, sys, time\n"
          f"os.makedirs({cache_dir!r}, exist_ok=True)\n"
          f"f = open({lock!r}, 'a'); fcntl.flock(f, fcntl.LOCK_EX)\n"
-         "print('locked', flush=True); time.sleep(1.5)\n"
+         "print('locked', flush=True); time.sleep(2.5)\n"
          f"open({str(released)!r}, 'w').write(repr(time.time()))\n"
          "f.close()\n"], stdout=subprocess.PIPE, text=True)
     try:
