@@ -114,17 +114,17 @@ def compile_runtime(sig):
     When nothing of it is cached and the machine has a core to spare, a helper process
     compiles ``run_times`` into Numba's on-disk cache (:func:`_compile_loop_kernel`)
     while this one compiles the round-wise loop ``runtime._run_loop`` and the root
-    scope's steps under it, both writing the cache under a lock
-    (:class:`serialized_cache_saves`); ``run``'s compile then loads ``run_times``
-    from the cache.
+    scope's steps under it; ``run``'s compile then loads ``run_times`` from the cache.
+    Both write the cache under a lock (:class:`serialized_cache_saves`).
     Numba compiles one function at a time in a process, so this is the only way to use
     both cores. Should the helper fail, or take more than ``HELPER_PATIENCE`` times
     as long as this process's part (and at least ``HELPER_MIN_WAIT_S``), ``run_times``
     is compiled here after all. ``DDNUMBA_COMPILE_HELPER=0`` turns the helper off."""
-    if _cold(_seq.run_times):
-        if not (_helper_wanted() and _compile_beside_helper(sig)):
-            _seq.run_times.compile(seq_run_times_signature())
-    _rt.run.compile(sig)
+    with serialized_cache_saves():
+        if _cold(_seq.run_times):
+            if not (_helper_wanted() and _compile_beside_helper(sig)):
+                _seq.run_times.compile(seq_run_times_signature())
+        _rt.run.compile(sig)
 
 
 def _compile_beside_helper(sig):
@@ -136,20 +136,19 @@ def _compile_beside_helper(sig):
     import sys
     import time
     from numba import types
-    with serialized_cache_saves():
-        helper = _start_helper()
-        if helper is None:
-            return False
+    helper = _start_helper()
+    if helper is None:
+        return False
+    try:
+        t0 = time.monotonic()
+        _rt._run_loop.compile((sig[0], sig[1], types.int64))
+        wait = max(HELPER_MIN_WAIT_S, HELPER_PATIENCE * (time.monotonic() - t0))
         try:
-            t0 = time.monotonic()
-            _rt._run_loop.compile((sig[0], sig[1], types.int64))
-            wait = max(HELPER_MIN_WAIT_S, HELPER_PATIENCE * (time.monotonic() - t0))
-            try:
-                rc = helper.wait(timeout=wait)
-            except subprocess.TimeoutExpired:
-                rc = None
-        finally:
-            _end_helper(helper)
+            rc = helper.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            rc = None
+    finally:
+        _end_helper(helper)
     if rc is None:
         print(f"ddnumba: the compile helper did not finish within {wait:.0f} s; "
               f"compiling its part here", file=sys.stderr, flush=True)
@@ -257,9 +256,10 @@ class serialized_cache_saves:
     Numba's cache is not safe for two processes writing entries of one function at
     once: each reads the function's index, picks a data file name for its new entry
     and writes the index back, so two entries can get the same name and an index can
-    end up naming the other process's data. :func:`compile_runtime` and its helper
-    both hold this while they compile side by side (shared kernels are compiled by
-    whichever gets there first and loaded by the other). Readers need no lock: Numba
+    end up naming the other process's data. :func:`compile_runtime` holds this for
+    its whole compile and its helper while it compiles (shared kernels are compiled by
+    whichever gets there first and loaded by the other; so do two programs starting
+    cold at once). Readers need no lock: Numba
     writes each file under a temporary name and renames it. Where a lock file cannot
     be opened or locked, the write goes ahead without it."""
 

@@ -165,6 +165,22 @@ def test_a_helper_that_does_not_finish_is_stopped_and_its_part_compiled_here(
     assert "did not finish within 1 s" in capsys.readouterr().err
 
 
+def test_every_compile_of_compile_runtime_writes_the_cache_under_the_lock(
+        monkeypatch):
+    from numba.core.caching import IndexDataCacheFile
+    original = IndexDataCacheFile.save
+    for kw in ({"helper_code": "pass"}, {"helper_code": None}):
+        log, started = _stand_ins(monkeypatch, **kw)
+        locked = []
+        for d in (N._rt._run_loop, N._rt.run, N._seq.run_times):
+            d.compile = (lambda f: lambda sig: (
+                locked.append(IndexDataCacheFile.save is not original), f(sig)))(
+                    d.compile)
+        N.compile_runtime(("P", "S", "F"))
+        assert len(locked) == len(log) >= 2 and all(locked)
+        assert IndexDataCacheFile.save is original
+
+
 def test_the_helper_does_not_outlive_a_failed_compile(monkeypatch):
     import pytest
     log, started = _stand_ins(monkeypatch, "import time; time.sleep(60)", fail=True)
