@@ -259,9 +259,9 @@ class serialized_cache_saves:
     end up naming the other process's data. :func:`compile_runtime` holds this for
     its whole compile and its helper while it compiles (shared kernels are compiled by
     whichever gets there first and loaded by the other; so do two programs starting
-    cold at once). Readers need no lock: Numba
-    writes each file under a temporary name and renames it. Where a lock file cannot
-    be opened or locked, the write goes ahead without it."""
+    cold at once). Readers need no lock: Numba writes each file under a temporary name
+    and renames it. Where a lock file cannot be opened or locked, the write goes ahead
+    without it."""
 
     def __enter__(self):
         import os
@@ -270,8 +270,8 @@ class serialized_cache_saves:
             self.cls = None
             return self
         cls, fcntl = found
-        self.cls, self.orig = cls, cls.save
-        orig = cls.save
+        self.cls = cls
+        self.orig = orig = cls.save
 
         def save(cache_file, key, data):
             try:
