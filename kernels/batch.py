@@ -26,7 +26,7 @@ compiled code, many times per round:
 import numpy as np
 from numba import njit
 
-from .rows import inlined, add_counted, flat_view, leaf
+from .rows import add_counted, flat_view, inlined, leaf
 from .sort import _bucket_sort, _column_widths, _lsd_sort, _pack_word, _unpack_word
 
 __all__ = ["sort_consolidate", "merge", "seek", "seek_fenced", "fence", "concat_batches",

@@ -22,7 +22,7 @@ With several words, the rows are argsorted and gathered.
 import numpy as np
 from numba import njit
 
-from .rows import inlined, add_checked, add_counted, row_cmp, row_eq
+from .rows import add_checked, add_counted, inlined, row_cmp, row_eq
 from .sort import (
     _EMPTY_I64,
     _argsort2,

@@ -50,7 +50,7 @@ import numpy as np
 from numba import njit
 
 from .hooks import alloc2d, release_rows
-from .rows import inlined, add_checked, leaf, prefetch_row
+from .rows import add_checked, inlined, leaf, prefetch_row
 
 __all__ = ["new_state", "new_meta", "insert_delta", "gc", "find_rows", "read_key",
            "records", "free_chunks", "M_ROWS", "M_TOP", "M_GARB", "M_LIVE", "M_EMPTY",

@@ -19,7 +19,7 @@ position array, so the kernel can stop after any whole key and pick up where it 
 import numpy as np
 from numba import njit
 
-from .rows import inlined, add_checked, row_cmp, row_eq
+from .rows import add_checked, inlined, row_cmp, row_eq
 from .trie import Trie, _as_int64, _normalise_trie, empty_trie
 
 # Runs of at most this many updates are sorted by insertion sort; longer ones (rare:

@@ -21,7 +21,6 @@ import numpy as np
 from numba import njit
 
 from .rows import inlined
-
 from .trie import _as_int64
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)

@@ -33,7 +33,7 @@ dtypes are still normalised.
 import numpy as np
 from numba import njit
 
-from .rows import inlined, add_checked, mul_checked, row_cmp, row_eq, row_le
+from .rows import add_checked, inlined, mul_checked, row_cmp, row_eq, row_le
 from .trie import Trie
 
 __all__ = [

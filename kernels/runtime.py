@@ -61,7 +61,7 @@ from .reduce import (L_CALLBACK, L_COUNT, L_DISTINCT, L_MAX, L_MIN, L_SUM,  # no
                      L_TOP_K, LOGIC, _accumulate, _logic_count, _logic_extreme,
                      _logic_sum, _logic_top_k)
 from .rootagg import agg_step, distinct_step
-from .rows import inlined, add_checked, leaf, list_item, list_leaf, mul_checked
+from .rows import add_checked, inlined, leaf, list_item, list_leaf, mul_checked
 from .seqloop import S_LEAVE as SEQ_LEAVE, _nodes as seq_nodes, pack_fields
 from .seqloop import leave_rows as seq_leave_rows, run_times as seq_run_times
 from .seqloop import (buf_count as seq_buf_count, new_counters as seq_new_counters,

@@ -79,7 +79,7 @@ from .hstate import (M_EPOCH, M_TOP, OVERFLOW, RW_EXTRA, _block_add, _block_need
 from .hstate import PF_AHEAD, _pf_block, _pf_on, _pf_slot
 from .hstate import _same_key as _same
 from .reduce import L_COUNT, L_DISTINCT, L_MAX, L_MIN, L_SUM, L_TOP_K
-from .rows import inlined, add_checked, leaf, list_item, list_leaf, mul_checked
+from .rows import add_checked, inlined, leaf, list_item, list_leaf, mul_checked
 
 __all__ = ["run_times", "leave_rows", "new_counters", "buf_count", "set_buf_count",
            "put_buf", "pack", "pack_fields", "NPW", "RTW"]
