@@ -26,7 +26,7 @@ compiled code, many times per round:
 import numpy as np
 from numba import njit
 
-from .rows import add_counted, flat_view, inlined, leaf
+from .rows import add_counted, flat_view, leaf
 from .sort import _bucket_sort, _column_widths, _lsd_sort, _pack_word, _unpack_word
 
 __all__ = ["sort_consolidate", "merge", "seek", "seek_fenced", "fence", "concat_batches",
@@ -46,7 +46,7 @@ def empty_batch(w):
             np.empty(0, np.int64))
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _cmp_upd(da, ta, i, db, tb, j):
     """Compare update ``i`` of ``(da, ta)`` with update ``j`` of ``(db, tb)``."""
     for c in range(da.shape[1]):
@@ -62,7 +62,7 @@ def _cmp_upd(da, ta, i, db, tb, j):
     return 0
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _cmp_data(da, i, db, j):
     for c in range(da.shape[1]):
         x = da[i, c]
@@ -72,7 +72,7 @@ def _cmp_data(da, i, db, j):
     return 0
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _cmp_prefix(a, i, b, j, w):
     """Compare the first ``w`` columns of ``a[i]`` and ``b[j]``."""
     for c in range(w):
@@ -405,7 +405,7 @@ def _fill_rows(od, start, k, src, row):
             od[q, c] = src[row, c]
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _copy_one(sd, st, sf, x, since, od, ot, of, k):
     """Copy update ``x`` of one input, alone on its data row, to output row ``k``, its
     outer time advanced to ``since`` (inlined: as fast as the copy written out, where a
@@ -563,7 +563,7 @@ def seek(data, start, keys, ki, kw, strict):
     return _gallop(data, start, keys, ki, kw, 1 if strict else 0)
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _gallop(data, start, keys, ki, kw, limit):
     """:func:`seek` with ``limit`` (1: strict), inlined into loops over many keys: a
     call per key would cost reference-count updates of its array arguments."""
@@ -585,7 +585,7 @@ def _gallop(data, start, keys, ki, kw, limit):
     return hi
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _bisect_rows(data, lo, hi, keys, ki, kw, limit):
     """Narrow ``(lo, hi)`` to adjacent rows, keeping ``cmp(data[lo], key) < limit``
     and ``cmp(data[hi], key) >= limit`` (for the rows strictly inside)."""
@@ -640,7 +640,7 @@ def fence_rows(n, fnc):
     return (n + FENCE_STEP - 1) // FENCE_STEP
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _shift_for(span, buckets_per_value, n):
     """The least ``shift`` with ``buckets_per_value * ((span >> shift) + 1) <=
     n / INDEX_BUCKET_ROWS``, and ``(span >> shift) + 1``. ``span`` is unsigned (exact
@@ -753,7 +753,7 @@ def _key_index(n, fnc):
     return flat[0], flat[2], flat[3], flat[5:5 + d], flat[5 + d:6 + d + flat[1]]
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _index_bucket(ix, keys, ki, kw):
     """``(a, b, exact)``: rows ``[a, b)`` of the bucket of key ``keys[ki, :kw]``; every
     row before ``a`` is below the key and every row from ``b`` on above it. ``exact``:
@@ -819,7 +819,7 @@ def seek_fenced(data, fnc, start, keys, ki, kw, strict):
     return _fence_seek(data, fnc[:nf], start, keys, ki, kw, limit)
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _fence_seek(data, fence_rows_, start, keys, ki, kw, limit):
     """:func:`seek_fenced` in a batch with no key index, ``fence_rows_`` the rows of its
     fence; inlined (see :func:`_gallop`). Precondition: row ``start`` is below the

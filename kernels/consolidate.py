@@ -22,7 +22,7 @@ With several words, the rows are argsorted and gathered.
 import numpy as np
 from numba import njit
 
-from .rows import add_checked, add_counted, inlined, row_cmp, row_eq
+from .rows import add_checked, add_counted, row_cmp, row_eq
 from .sort import (
     _EMPTY_I64,
     _argsort2,
@@ -112,7 +112,7 @@ def _gather_rows(src, idx, k, out):
             out[q, c] = src[i, c]
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _upd_cmp(ad, at, i, bd, bt, j):
     """Compare update ``i`` of ``(ad, at)`` with update ``j`` of ``(bd, bt)`` by
     ``(data, time)``: -1, 0 or 1."""
@@ -144,7 +144,7 @@ def _gallop(ad, at, lo, n, bd, bt, j):
     return lo
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _put_upd(sd, st, i, diff, od, ot, of, k):
     for c in range(sd.shape[1]):
         od[k, c] = sd[i, c]

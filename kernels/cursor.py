@@ -12,11 +12,11 @@ with the query they answer, which is what joins and reduces consume.
 import numpy as np
 from numba import njit
 
-from .rows import inlined, row_cmp, row_eq
+from .rows import row_cmp, row_eq
 from .trie import _as_int64, _normalise_trie
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _gallop(rows, start, n, q, qi, strict):
     """First index ``i >= start`` with ``rows[i] >= q[qi]`` (``> q[qi]`` when strict).
 

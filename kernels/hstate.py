@@ -50,7 +50,7 @@ import numpy as np
 from numba import njit
 
 from .hooks import alloc2d, release_rows
-from .rows import add_checked, inlined, leaf, prefetch_row
+from .rows import add_checked, leaf, prefetch_row
 
 __all__ = ["new_state", "new_meta", "insert_delta", "gc", "find_rows", "read_key",
            "records", "free_chunks", "M_ROWS", "M_TOP", "M_GARB", "M_LIVE", "M_EMPTY",
@@ -122,7 +122,7 @@ def new_meta(kw_max, vw_max):
 # ------------------------------------------------------------------------ hashing
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _slot(h, cap):
     """The home slot of hash ``h`` (non-negative, 63 bits) in ``cap`` slots: its top 32
     bits scaled to ``[0, cap)`` by a multiply and a shift (any capacity up to 2**32,
@@ -130,7 +130,7 @@ def _slot(h, cap):
     return np.int64(((np.uint64(h) >> np.uint64(31)) * np.uint64(cap)) >> np.uint64(32))
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _hash(src, i, c0, kw, KW):
     """A 64-bit mix of ``src[i, c0:c0 + kw]`` padded with zeros to ``KW`` words (as
     a table row stores it), as a non-negative int64."""
@@ -144,7 +144,7 @@ def _hash(src, i, c0, kw, KW):
     return np.int64(h >> np.uint64(1))
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _find(tab, tag, src, i, c0, kw):
     """The row of ``(tag, src[i, c0:c0 + kw])``, or ``-1 - slot`` (the empty slot where
     it would go) when absent."""
@@ -176,19 +176,19 @@ PF_AHEAD = 4
 PF_MIN_SLOTS = 1 << 17
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _pf_on(tab):
     """Whether to prefetch in ``tab`` (see PF_MIN_SLOTS)."""
     return tab.shape[0] >= PF_MIN_SLOTS
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _pf_slot(tab, src, si, kw):
     """Prefetch the table slot where the key of ``src[si]`` (at column 2) starts."""
     prefetch_row(tab, _slot(_hash(src, si, 2, kw, tab.shape[1] - RW_EXTRA), tab.shape[0]))
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _pf_block(tab, arena, row, blk):
     """Prefetch the first entry of block ``blk`` of ``row`` (nothing if ``row < 0``)."""
     KW = tab.shape[1] - RW_EXTRA
@@ -196,7 +196,7 @@ def _pf_block(tab, arena, row, blk):
         prefetch_row(arena, tab[row, KW + 1 + 2 * blk])
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _new_row(tab, meta, slot, tag, src, i, c0, kw):
     KW = tab.shape[1] - RW_EXTRA
     tab[slot, 0] = tag
@@ -213,7 +213,7 @@ def _new_row(tab, meta, slot, tag, src, i, c0, kw):
     return slot
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _set_block(tab, meta, row, blk, off, cp, ln):
     """Set a block's offset, capacity and length, keeping the count of empty rows."""
     KW = tab.shape[1] - RW_EXTRA
@@ -230,7 +230,7 @@ def _set_block(tab, meta, row, blk, off, cp, ln):
         meta[M_EMPTY] += 1
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _same_key(a, i, ca, b, j, cb, kw):
     for c in range(kw):
         if a[i, ca + c] != b[j, cb + c]:
@@ -238,26 +238,26 @@ def _same_key(a, i, ca, b, j, cb, kw):
     return True
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _len_word(ln, cp):
     """A block's length word: length ``ln``, capacity ``cp`` (0 or a power of two)."""
     return ln | ((_cls(cp) + 1) << LEN_BITS) if cp > 0 else ln
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def blen(tab, row, blk):
     """The length of block ``blk`` of ``row``."""
     return tab[row, tab.shape[1] - RW_EXTRA + 2 + 2 * blk] & LEN_MASK
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def bcap(tab, row, blk):
     """The capacity of block ``blk`` of ``row`` (0: it has no chunk)."""
     k = tab[row, tab.shape[1] - RW_EXTRA + 2 + 2 * blk] >> LEN_BITS
     return np.int64(0) if k == 0 else np.int64(1) << (k - 1)
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _cap(n):
     """A block's capacity: its length rounded up to a power of two (0 for none)."""
     if n <= 0:
@@ -271,7 +271,7 @@ def _cap(n):
 # ------------------------------------------------------------------ free lists
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _cls(cp):
     """``log2(cp)`` for a power of two ``cp``."""
     c = np.int64(0)
@@ -280,7 +280,7 @@ def _cls(cp):
     return c
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _free(arena, meta, off, cp):
     """Put the chunk ``arena[off:off + cp]`` (``cp`` a power of two) on its list."""
     c = M_FREE + _cls(cp)
@@ -289,7 +289,7 @@ def _free(arena, meta, off, cp):
     meta[M_GARB] += cp
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _take_free(arena, meta, cp, below):
     """Offset of a free chunk of ``cp`` entries (a power of two): one of that size,
     else the lower part of the smallest larger free one of fewer than ``below``
@@ -316,7 +316,7 @@ def _take_free(arena, meta, cp, below):
     return np.int64(-1)
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _alloc(arena, meta, cp):
     """Offset of a chunk of ``cp`` entries (a power of two): a free one (see
     :func:`_take_free`), else the top (which the caller has made room for,
@@ -343,7 +343,7 @@ def free_chunks(arena, meta):
 # ------------------------------------------------------------------------ growth
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def place_row(out, src, r, c0, kw, mark):
     """Copy row ``r`` of ``src`` into open-addressing table ``out`` (same width): to
     the first free slot, probing linearly from the home slot of its key ``src[r, c0:c0
@@ -404,7 +404,7 @@ def _move_rows(src, dst, n, step):
         r0 = r1
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def rows_room(tab, meta, more):
     """Whether the table takes ``more`` new rows within its load bound."""
     return (meta[M_ROWS] + more) * _LOAD_DEN <= tab.shape[0] * _LOAD_NUM
@@ -496,7 +496,7 @@ def gc(tab, arena, meta):
 # ------------------------------------------------------------------ block updates
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _cmp_entry(arena, e, src, x, c0, vw, it):
     """Compare arena entry ``e`` with ``(src[x, c0:c0 + vw], it)``: -1, 0, 1."""
     for c in range(vw):
@@ -514,7 +514,7 @@ def _cmp_entry(arena, e, src, x, c0, vw, it):
     return 0
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _block_need(tab, row, blk, m):
     """Arena entries that adding ``m`` entries to a block may take (0: in place)."""
     if row < 0:
@@ -525,7 +525,7 @@ def _block_need(tab, row, blk, m):
     return np.int64(0)
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _block_add(tab, arena, meta, row, blk, src, x0, x1, c0, vw, dcol, it):
     """Add entries ``(src[x, c0:c0 + vw], it)`` with diff ``src[x, dcol]``, for ``x0 <=
     x < x1`` (``(vals, it)`` ascending and distinct), to block ``blk`` of ``row``; with
@@ -642,7 +642,7 @@ def _block_add(tab, arena, meta, row, blk, src, x0, x1, c0, vw, dcol, it):
     return 0
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _shrink(arena, meta, off, cp, ln, fresh):
     """The chunk of a block of ``ln > 0`` entries at ``off`` (capacity ``cp``): the
     block moves to a smaller free chunk when it is at most a quarter full, or, when

@@ -19,7 +19,7 @@ position array, so the kernel can stop after any whole key and pick up where it 
 import numpy as np
 from numba import njit
 
-from .rows import add_checked, inlined, row_cmp, row_eq
+from .rows import add_checked, row_cmp, row_eq
 from .trie import Trie, _as_int64, _normalise_trie, empty_trie
 
 # Runs of at most this many updates are sorted by insertion sort; longer ones (rare:
@@ -41,7 +41,7 @@ _FUEL_ALL = np.iinfo(np.int64).max
 # the obvious versions run 2-5x slower because of the loop shape LLVM receives.
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _copy_row(src, i, dst, j):
     """``dst[j] = src[i]``; one-column rows (the common case) skip the loop machinery."""
     w = src.shape[1]
@@ -52,7 +52,7 @@ def _copy_row(src, i, dst, j):
             dst[j, c] = src[i, c]
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _advance_rows(times, lo, hi, frontier):
     """Replace each time in ``times[lo:hi]`` by ``meet_f join(t, f)``, in place.
 
@@ -70,7 +70,7 @@ def _advance_rows(times, lo, hi, frontier):
             times[x, c] = best
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _swap_upd(times, diffs, i, j):
     for c in range(times.shape[1]):
         t = times[i, c]
@@ -226,7 +226,7 @@ def _merge_times(at, ad, i, ie, bt, bd, j, je, ot, od, u):
     return u, False
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _copy_vals(sv, svo, st, sd, v0, v1, ov, ovo, ot, od, nv, nu):
     """Append vals ``[v0, v1)`` of one input and their updates unchanged; ``(nv, nu)``.
 

@@ -20,7 +20,6 @@ share is a contiguous slice in the original order.
 import numpy as np
 from numba import njit
 
-from .rows import inlined
 from .trie import _as_int64
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -32,7 +31,7 @@ _S27 = np.uint64(27)
 _S31 = np.uint64(31)
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _row_hash(cols, i):
     """Hash of row ``i`` of the uint64 matrix ``cols``."""
     h = np.uint64(0)

@@ -33,7 +33,7 @@ dtypes are still normalised.
 import numpy as np
 from numba import njit
 
-from .rows import add_checked, inlined, mul_checked, row_cmp, row_eq, row_le
+from .rows import add_checked, mul_checked, row_cmp, row_eq, row_le
 from .trie import Trie
 
 __all__ = [
@@ -72,7 +72,7 @@ _I64_MAX = np.iinfo(np.int64).max
 # ---------------------------------------------------------------------------------------
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _sub_checked(x, y):
     """Return ``(x - y, overflowed)`` for int64 values without silently wrapping."""
     s = x - y
@@ -81,7 +81,7 @@ def _sub_checked(x, y):
     return s, ((x ^ y) & (x ^ s)) < 0
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _in_future(upper, a, i):
     """True when time ``a[i]`` is in the future of the antichain ``upper``."""
     for f in range(upper.shape[0]):
@@ -119,7 +119,7 @@ def _grow_vec(buf, n, need):
     return out
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _row_hash(a, i):
     """A 64-bit mix of row ``a[i]`` (FNV-style with a shift, good enough for probing)."""
     h = np.uint64(14695981039346656037)
@@ -1313,7 +1313,7 @@ def _argsort_small(keys, n, out):
         out[j] = x
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _same_row(a, i, j):
     for c in range(a.shape[1]):
         if a[i, c] != a[j, c]:

@@ -29,12 +29,8 @@ def leaf(fn):
     hold); it calls only other leaves or inlined helpers (an array returned to it by
     a regular kernel would never be released). The arrays it gets are kept alive by its
     caller for the whole call.
-
-    ``forceinline=False`` is set, not left to inherit: Numba passes a caller's compile
-    flags on to the callees it compiles meanwhile, so a leaf first compiled inside an
-    :func:`inlined` helper would otherwise be inlined everywhere.
     """
-    return njit(cache=True, nogil=True, _nrt=False, forceinline=False)(fn)
+    return njit(cache=True, nogil=True, _nrt=False)(fn)
 
 
 def list_leaf(fn):
@@ -42,22 +38,7 @@ def list_leaf(fn):
     :func:`list_item`. Such a function can only be called from compiled code: a
     Python caller would need Numba's wrapper, which unboxes the list with reference
     counting."""
-    return njit(cache=True, nogil=True, _nrt=False, no_cpython_wrapper=True,
-                forceinline=False)(fn)
-
-
-def inlined(fn):
-    """Compile a helper that LLVM inlines into every compiled caller: a leaf
-    (:func:`leaf`) whose LLVM function is marked ``alwaysinline`` (Numba's
-    ``forceinline``). Numba types and lowers it once per signature; the callers' module
-    optimisation then inlines it, so the code is that of a helper inlined by Numba
-    (``inline="always"``), which copies, types and lowers the helper's IR again at each
-    call site. The rules of a leaf hold: no allocation, and no array returned (the
-    helpers that return views, such as ``seqloop._buf``, stay ``inline="always"``).
-
-    At the first cold compile of the native runtime this took ~23% off the time and
-    ~40% off the peak memory (HISTORY.md, thirty-first session)."""
-    return njit(cache=True, nogil=True, _nrt=False, forceinline=True)(fn)
+    return njit(cache=True, nogil=True, _nrt=False, no_cpython_wrapper=True)(fn)
 
 
 @intrinsic
@@ -149,7 +130,7 @@ def prefetch_row(typingctx, arr, r):
     return sig, codegen
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def row_cmp(a, i, b, j):
     """Compare row ``a[i]`` with row ``b[j]`` lexicographically: -1, 0 or 1."""
     for c in range(a.shape[1]):
@@ -162,7 +143,7 @@ def row_cmp(a, i, b, j):
     return 0
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def row_eq(a, i, b, j):
     """True when row ``a[i]`` equals row ``b[j]``."""
     for c in range(a.shape[1]):
@@ -171,7 +152,7 @@ def row_eq(a, i, b, j):
     return True
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def row_le(a, i, b, j):
     """Product order: every coordinate of ``a[i]`` is <= the same one of ``b[j]``."""
     for c in range(a.shape[1]):
@@ -180,7 +161,7 @@ def row_le(a, i, b, j):
     return True
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def add_checked(x, y):
     """Return ``(x + y, overflowed)`` for int64 values without silently wrapping."""
     s = x + y
@@ -188,7 +169,7 @@ def add_checked(x, y):
     return s, ((x ^ s) & (y ^ s)) < 0
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def add_counted(s, carry, x):
     """``s + x`` for summing a group of diffs: returns ``(sum mod 2**64, carry)``, the
     carry counting wrap-arounds (+1 up, -1 down) so that the true sum is ``s + carry *
@@ -201,7 +182,7 @@ def add_counted(s, carry, x):
     return s, carry
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def mul_checked(x, y):
     """Return ``(x * y, overflowed)`` for int64 values without silently wrapping.
 

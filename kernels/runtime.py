@@ -61,7 +61,7 @@ from .reduce import (L_CALLBACK, L_COUNT, L_DISTINCT, L_MAX, L_MIN, L_SUM,  # no
                      L_TOP_K, LOGIC, _accumulate, _logic_count, _logic_extreme,
                      _logic_sum, _logic_top_k)
 from .rootagg import agg_step, distinct_step
-from .rows import add_checked, inlined, leaf, list_item, list_leaf, mul_checked
+from .rows import add_checked, leaf, list_item, list_leaf, mul_checked
 from .seqloop import S_LEAVE as SEQ_LEAVE, _nodes as seq_nodes, pack_fields
 from .seqloop import leave_rows as seq_leave_rows, run_times as seq_run_times
 from .seqloop import (buf_count as seq_buf_count, new_counters as seq_new_counters,
@@ -302,7 +302,7 @@ def _take(st, qid, w):
     return b
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _due(t, i, p, q, k):
     return t < p and (t < q or i <= k)
 
@@ -845,7 +845,7 @@ def _pairs_xy(xd, xt, xf, x0, x1, yd, yt, yf, y0, y1, acc_right, lw, rw, kw, od,
     return o
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _pairs_1d(xd, xt, xf, xa, xb, yd, yt, yf, ya, yb, it, x_left, lw, rw, kw, od, ot,
               of, o):
     """Pairs of two rows' histories that all join at iteration ``it`` (x updates at
@@ -986,7 +986,7 @@ def _pairs_acc(xd, xt, xf, xa, xb, yd, yt, yf, ya, yb, x_left, lw, rw, kw, od, o
     return o
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _put_pair(od, ot, of, o, xd, i, yd, j, x_left, lw, rw, kw, t, it, d):
     """Write output ``o``: row ``(key, left vals, right vals)`` of x row ``i`` and y
     row ``j`` (x is the left input when ``x_left``), time ``(t, it)``, diff ``d``."""
@@ -1000,7 +1000,7 @@ def _put_pair(od, ot, of, o, xd, i, yd, j, x_left, lw, rw, kw, t, it, d):
     return o + 1
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _pair_row(od, o, ld, i, rd, j, lw, rw, kw):
     for c in range(lw):
         od[o, c] = ld[i, c]
@@ -1008,7 +1008,7 @@ def _pair_row(od, o, ld, i, rd, j, lw, rw, kw):
         od[o, lw + c - kw] = rd[j, c]
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _same_key(a, i, b, j, kw):
     for c in range(kw):
         if a[i, c] != b[j, c]:
@@ -1054,7 +1054,7 @@ def _step_join(prog, st, n):
 # -------------------------------------------------------------------------------- reduce
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _key_cmp(a, i, b, j, kw):
     for c in range(kw):
         x = a[i, c]
@@ -1079,7 +1079,7 @@ def _sort_vt(vals, ts, fs, lo, hi, runs, tmp_v, tmp_t, tmp_f):
     _sort_range(vals, ts, fs, lo, hi, runs, tmp_v, tmp_t, tmp_f)
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _sort_range(vals, ts, fs, lo, hi, runs, tmp_v, tmp_t, tmp_f):
     """Sort entries ``[lo, hi)`` by (val, t) in place, stably.
 
@@ -1175,7 +1175,7 @@ def _merge_runs_pass(sv, st_, sf, so, dv, dt, df, do, runs, nr, vw):
     return w
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _lt_vt(vals, ts, a, b):
     for x in range(vals.shape[1]):
         if vals[a, x] != vals[b, x]:
@@ -1213,7 +1213,7 @@ def _sort_small(a, lo, hi):
         a[j] = x
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _move_left(vals, ts, fs, src, dst, n):
     """Move entries ``[src, src + n)`` to ``dst <= src`` (in place, front to back)."""
     if dst == src:
@@ -1593,7 +1593,7 @@ def _sort_pairs(a, b, lo, hi):
     _insertion_sort_pairs(a, b, lo, hi)
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _insertion_sort_pairs(a, b, lo, hi):
     """Stable insertion sort of ``(a, b)[lo:hi]`` by ``a``, in place."""
     for i in range(lo + 1, hi):
@@ -1804,7 +1804,7 @@ def _corrections_keys(due_offs, due_t, w_offs, w_vals, w_counts, o_offs, o_vals,
     return 0
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _corrections_more(at, kk, nres, need_u, need_c, need_r):
     at[0] = kk
     at[1] = nres
@@ -1814,7 +1814,7 @@ def _corrections_more(at, kk, nres, need_u, need_c, need_r):
     return CORR_MORE
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _row_same(a, i, b, j):
     for x in range(a.shape[1]):
         if a[i, x] != b[j, x]:
@@ -1822,7 +1822,7 @@ def _row_same(a, i, b, j):
     return True
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _row_lt(rows, a, b):
     for x in range(rows.shape[1]):
         if rows[a, x] != rows[b, x]:

@@ -79,7 +79,7 @@ from .hstate import (M_EPOCH, M_TOP, OVERFLOW, RW_EXTRA, _block_add, _block_need
 from .hstate import PF_AHEAD, _pf_block, _pf_on, _pf_slot
 from .hstate import _same_key as _same
 from .reduce import L_COUNT, L_DISTINCT, L_MAX, L_MIN, L_SUM, L_TOP_K
-from .rows import add_checked, inlined, leaf, list_item, list_leaf, mul_checked
+from .rows import add_checked, leaf, list_item, list_leaf, mul_checked
 
 __all__ = ["run_times", "leave_rows", "new_counters", "buf_count", "set_buf_count",
            "put_buf", "pack", "pack_fields", "NPW", "RTW"]
@@ -266,7 +266,7 @@ def _routes(lp):
     return a.reshape((a.shape[0] // RTW, RTW))
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _cmp(a, i, ca, b, j, cb, w):
     for c in range(w):
         x = a[i, ca + c]
@@ -290,19 +290,19 @@ def _buf(bufs, x):
     return bufs.getitem_unchecked(x)
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _bn(x):
     """Index in ``cn`` of buffer ``x``'s row count."""
     return C_BUF + 3 * x
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _bmin(x):
     """Index in ``cn`` of the least iteration queued in buffer ``x`` (INF: none)."""
     return C_BUF + 3 * x + 1
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _bwords(x):
     """Index in ``cn`` of buffer ``x``'s size in words (kept by :func:`_put`)."""
     return C_BUF + 3 * x + 2
@@ -840,7 +840,7 @@ def _step_join(nodes, lp, bufs, cn, tab, arena, meta, ln, t, j):
 # -------------------------------------------------------------------------- reduce
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _sum_group(arena, a, a_end, ref, ri, w, j, nxt):
     """Sum the diffs of the arena entries from ``a`` (before ``a_end``) whose vals equal
     ``ref[ri, 1:1 + w]``, at iterations ``<= j``; returns ``(sum, the entry after the
@@ -860,7 +860,7 @@ def _sum_group(arena, a, a_end, ref, ri, w, j, nxt):
     return s, a, nxt, False
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _count_want(c, logic, lparam):
     """The output count of a value-less ``distinct`` (1) or ``top_k`` (``min(c, k)``)
     whose input count is ``c`` (nothing for ``c <= 0``)."""
@@ -869,7 +869,7 @@ def _count_want(c, logic, lparam):
     return np.int64(1) if logic == L_DISTINCT else min(c, lparam)
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _flat_corrections(arena, off_in, ln_in, j, dsum, logic, lparam, cd, o, src, si, kw):
     """Corrections of a value-less ``distinct`` / ``top_k`` key whose input gains
     ``dsum`` at iteration ``j``, from its input history alone (block of ``ln_in``
@@ -922,7 +922,7 @@ def _flat_corrections(arena, off_in, ln_in, j, dsum, logic, lparam, cd, o, src, 
         i = arena[a, IT]
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _pf_blocks(tab, arena, tag_in, tag_out, blk, src, si, kw):
     """Prefetch the input and output blocks of ``src[si]``'s key (see hstate.PF_AHEAD);
     returns the input row (-1: none)."""

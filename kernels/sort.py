@@ -40,7 +40,7 @@ are shared by the other kernel modules.
 import numpy as np
 from numba import njit
 
-from .rows import inlined, row_cmp, row_eq, row_le  # noqa: F401  (re-exported for merge/cursor kernels)
+from .rows import row_cmp, row_eq, row_le  # noqa: F401  (re-exported for merge/cursor kernels)
 
 __all__ = [
     "argsort_rows",
@@ -222,7 +222,7 @@ def _pack_word(a, b, mins, word_of, shifts, word, perm, use_perm, out):
         out[r] = acc
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _field(k, shift, width):
     """Bits ``[shift, shift + width)`` of the uint64 ``k`` (``width`` in 0..64)."""
     if width == 0:

@@ -25,7 +25,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from .rows import inlined, row_cmp
+from .rows import row_cmp
 
 _I64_MIN = -(2**63)
 _I64_MAX = 2**63 - 1
@@ -119,7 +119,7 @@ def _convert_lossless(a, name):
 # build_trie
 
 
-@inlined
+@njit(cache=True, nogil=True, inline="always")
 def _classify(data, kw, times, i):
     """How flat row ``i`` relates to row ``i - 1``.
 
