@@ -193,11 +193,40 @@ def _helper_wanted():
 def helper_command():
     """The helper process's command line: this interpreter, with this process's
     import path (a script's own directory included) ahead of its own, running
-    :func:`_compile_loop_kernel`."""
+    :func:`_compile_loop_kernel`.
+
+    ``ddnumba.kernels`` is imported from the directory this process imported it from,
+    whatever finder found it here (an installed ddnumba maps it to the top-level
+    ``kernels/``; ``bench ab`` maps it to another checkout's), and the helper exits with
+    status 4 if its ``ddnumba`` or ``ddnumba.kernels`` is not this process's: it would
+    compile another tree's kernel into another cache, and this process would then
+    compile its own after all."""
+    import os
     import sys
-    return [sys.executable, "-c",
-            f"import sys; sys.path[:0] = {list(sys.path)!r}; "
-            f"import ddnumba.native as n; n._compile_loop_kernel()"]
+
+    import ddnumba
+    import ddnumba.kernels as k
+    own = [os.path.realpath(ddnumba.__file__), os.path.realpath(k.__file__)]
+    kdir = os.path.dirname(own[1])
+    code = (
+        "import sys; sys.path[:0] = {path!r}\n"
+        "import importlib.abc, importlib.util, os\n"
+        "class _Kernels(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'ddnumba.kernels':\n"
+        "            return importlib.util.spec_from_file_location(name, {init!r}, "
+        "submodule_search_locations=[{kdir!r}])\n"
+        "sys.meta_path.insert(0, _Kernels())\n"
+        "import ddnumba, ddnumba.kernels\n"
+        "got = [os.path.realpath(ddnumba.__file__), "
+        "os.path.realpath(ddnumba.kernels.__file__)]\n"
+        "if got != {own!r}:\n"
+        "    sys.exit('ddnumba compile helper: imported ' + ' and '.join(got) + "
+        "', not the caller\\'s ' + ' and '.join({own!r}))\n"
+        "import ddnumba.native as n; n._compile_loop_kernel()"
+    ).format(path=list(sys.path), init=os.path.join(kdir, "__init__.py"), kdir=kdir,
+             own=own)
+    return [sys.executable, "-c", code]
 
 
 def _start_helper():

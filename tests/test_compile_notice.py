@@ -277,3 +277,59 @@ def test_the_helper_process_finds_the_loop_kernel(tmp_path):
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=900,
                        cwd=tmp_path)
     assert r.returncode == 0, r.stderr
+
+
+def _helper_probe(cmd, report):
+    """``cmd`` (a helper command) with its compile replaced by ``report``."""
+    assert cmd[-1].endswith("n._compile_loop_kernel()")
+    return cmd[:-1] + [cmd[-1][:-len("n._compile_loop_kernel()")] + report]
+
+
+def test_the_helper_imports_the_callers_kernels(tmp_path):
+    """A caller that imports ``ddnumba.kernels`` from another directory through a
+    finder of its own (as ``bench ab``'s children do with another checkout): its
+    helper must import that directory's kernels, not the ones an import by path finds
+    (it would compile another tree's loop kernel into another cache)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import ddnumba.kernels
+    src = os.path.dirname(os.path.realpath(ddnumba.kernels.__file__))
+    kdir = tmp_path / "other" / "kernels"
+    shutil.copytree(src, kdir, ignore=shutil.ignore_patterns("__pycache__"))
+    parent = (
+        "import importlib.abc, importlib.util, subprocess, sys\n"
+        "class F(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'ddnumba.kernels':\n"
+        f"            return importlib.util.spec_from_file_location(name, "
+        f"{str(kdir / '__init__.py')!r}, submodule_search_locations=[{str(kdir)!r}])\n"
+        "sys.meta_path.insert(0, F())\n"
+        "import ddnumba.native as N, ddnumba.kernels as k\n"
+        "cmd = N.helper_command()\n"
+        "cmd = cmd[:-1] + [cmd[-1][:-len('n._compile_loop_kernel()')] + "
+        "'import ddnumba.kernels.seqloop as s; print(s.__file__)']\n"
+        "r = subprocess.run(cmd, capture_output=True, text=True)\n"
+        "print(k.__file__); print(r.returncode); print(r.stdout.strip()); "
+        "print(r.stderr.strip()[-300:])\n")
+    r = subprocess.run([sys.executable, "-c", parent], capture_output=True,
+                       text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    mine, rc, helpers, err = (r.stdout.splitlines() + ["", "", "", ""])[:4]
+    assert os.path.realpath(mine) == str((kdir / "__init__.py").resolve())
+    assert rc == "0", err
+    assert os.path.realpath(helpers) == str((kdir / "seqloop.py").resolve())
+
+
+def test_a_helper_that_imports_another_ddnumba_exits(monkeypatch):
+    """Should the helper's ``ddnumba`` not be the caller's file, it exits non-zero with
+    a message (and the caller compiles its part itself) rather than compiling another
+    tree's kernel."""
+    import subprocess
+    import ddnumba
+    monkeypatch.setattr(ddnumba, "__file__", "/nowhere/ddnumba/__init__.py")
+    cmd = _helper_probe(N.helper_command(), "sys.exit(0)")
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0
+    assert "not the caller's /nowhere/ddnumba/__init__.py" in r.stderr
