@@ -23,7 +23,9 @@ traces):
   so the rows of one key in different traces (a join's two inputs) sit next to each
   other; the hash's top bits scaled to the capacity pick the first slot. The
   capacity is a power of two or three times one, so a growing table grows by 3/2
-  or 4/3 (not 2) and is between 1/2 and 3/4 full after growing.
+  or 4/3 (not 2) and is between 5/12 and 5/8 full after growing. (At most 5/8 full,
+  not 3/4: a lookup walks ~1.45 rows past its home slot at 70% full, each row a cache
+  line, and at scale each line a miss; HISTORY, thirty-second session.)
 * ``arena[acap, VW + 2]``: entries ``(vals padded to VW, iteration, diff)``; a key's
   block is sorted by ``(vals, iteration)`` with no zero diff and no two entries at
   the same ``(vals, iteration)``.
@@ -75,8 +77,8 @@ RW_EXTRA = 6    # row words besides the key: tag, 2 x (offset, length), stamp
 LEN_BITS = 40   # a block's length word: length | (log2(capacity) + 1) << LEN_BITS
 LEN_MASK = (1 << LEN_BITS) - 1
 
-_LOAD_NUM = 3   # at most 3/4 of the table's rows are occupied
-_LOAD_DEN = 4
+_LOAD_NUM = 5   # at most 5/8 of the table's rows are occupied
+_LOAD_DEN = 8
 MAX_SLOTS = 1 << 32
 INF_ENTRIES = np.iinfo(np.int64).max
 
