@@ -101,10 +101,17 @@ def new_state(kw_max, vw_max, rows=16, entries=64):
 def _table_cap(rows):
     """The least table capacity (16 or more, a power of two or three times one) with
     ``rows`` occupied rows at most at the load bound."""
+    return grid_cap(rows, _LOAD_NUM, _LOAD_DEN)
+
+
+@njit(cache=True, nogil=True)
+def grid_cap(rows, num, den):
+    """The least capacity (16 or more, a power of two or three times one) with
+    ``rows`` at most ``num / den`` of it."""
     cap = np.int64(16)
     while True:
         for c in (cap, cap + (cap >> 1)):
-            if c * _LOAD_NUM >= rows * _LOAD_DEN:
+            if c * num >= rows * den:
                 if c > MAX_SLOTS:
                     raise MemoryError("hashed state: more than 2**32 table slots")
                 return c

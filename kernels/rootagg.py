@@ -39,7 +39,7 @@ from numba import njit
 
 from .batch import sort_consolidate
 from .hooks import alloc2d, release_rows
-from .hstate import _hash, _move_step, _slot, _table_cap, place_row
+from .hstate import _hash, _move_step, _slot, grid_cap, place_row
 from .rows import add_checked, mul_checked, prefetch_row
 
 __all__ = ["agg_step", "distinct_step", "M_VALUES", "M_KEYS"]
@@ -145,7 +145,7 @@ def _resized(t, w, used, more):
     want = used + more
     if want * 4 <= cap * 3 and (want * 8 >= cap or cap <= _MIN_SLOTS):
         return t
-    ncap = max(np.int64(_MIN_SLOTS), _table_cap(want))
+    ncap = max(np.int64(_MIN_SLOTS), grid_cap(want, 3, 4))
     if ncap == cap:
         return t
     out = alloc2d(ncap, t.shape[1], True)

@@ -524,7 +524,8 @@ def test_rehash_in_parts_keeps_every_row():
     assert {(int(k[0]), int(e[0])): int(e[1]) for k, e in zip(got, ents)} == model
 
 
-@pytest.mark.parametrize("rows", [0, 1, 10, 11, 15, 16, 100, 5000, 2**20 + 1, 5 * 2**29])
+@pytest.mark.parametrize("rows", [0, 1, 10, 11, 12, 13, 15, 16, 18, 19, 100, 5000, 2**20 + 1,
+                                  5 * 2**29])
 def test_table_capacity_is_the_least_on_its_grid(rows):
     """Capacities are 16 or more, a power of two or three times one, the least such
     with ``rows`` at most 5/8 of it: a growing table grows by 3/2 or 4/3."""
@@ -536,6 +537,11 @@ def test_table_capacity_is_the_least_on_its_grid(rows):
     assert not below or 8 * rows > 5 * below[-1]
     with pytest.raises(MemoryError):
         H._table_cap(2**32)
+    # the root scope's tables (kernels.rootagg) fill to 3/4 on the same grid
+    cap = int(H.grid_cap(rows, 3, 4))
+    assert cap in grid and 4 * rows <= 3 * cap
+    below = [c for c in grid if c < cap]
+    assert not below or 4 * rows > 3 * below[-1]
 
 
 def test_slot_scales_the_hash_into_any_capacity():

@@ -290,3 +290,23 @@ def test_agg_step_against_brute_force(seed):
                 s = _probe(arena, np.array([[k]], np.int64), 0, 1)
                 assert s >= 0 and tuple(arena[s, 1:3]) == (nz, tot), k
         t0 += 4
+
+
+def test_root_count_tables_fill_to_three_quarters():
+    """The root scope's tables are sized for a batch at a load of at most 3/4 (rows of
+    a few words, several to a cache line; the loops' tables, a line a row, stop at
+    5/8): 1,000 values and 200 keys take 1,536 and 384 slots, the least on the
+    grid of powers of two and three times them."""
+    from ddnumba.kernels.hstate import grid_cap
+    df = dd.Dataflow(engine="native")
+    a_in, a = df.new_input(["k", "v"])
+    a.count().capture()
+    a_in.insert(np.arange(1000) % 200, np.arange(1000), time=0)
+    a_in.advance_to(1)
+    df.run()
+    eng = df._native
+    (i,) = eng.agg_nodes
+    tab, keys, _ = eng.st[11][eng.prm[i, 1]]
+    assert tab.shape[0] == grid_cap(1000, 3, 4) == 1536
+    assert keys.shape[0] == grid_cap(200, 3, 4)
+    df.close()
