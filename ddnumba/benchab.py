@@ -23,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .native import KERNELS_FINDER
+
 __all__ = ["checkout", "probe", "run_side", "compare", "summarize", "pair_interval",
            "verdict", "best_of_runs", "add_comparison_arguments",
            "check_tolerance", "main"]
@@ -32,18 +34,10 @@ _TAG = "ABRESULT "
 # Runs in the child: import ddnumba (and ddnumba.kernels, which an installed ddnumba
 # maps elsewhere) from the tree given, then run the benchmark or only report paths.
 _CHILD = r"""
-import importlib.abc, importlib.util, inspect, json, os, resource, sys
+import inspect, json, os, resource, sys
 tree, args = os.path.realpath(sys.argv[1]), json.loads(sys.argv[2])
-kdir = os.path.join(tree, "kernels")
-
-class _Kernels(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name == "ddnumba.kernels":
-            return importlib.util.spec_from_file_location(
-                name, os.path.join(kdir, "__init__.py"), submodule_search_locations=[kdir])
-        return None
-
-sys.meta_path.insert(0, _Kernels())
+_kdir = os.path.join(tree, "kernels")
+""" + KERNELS_FINDER + r"""
 sys.path.insert(0, tree)
 import ddnumba, ddnumba.kernels, ddnumba.bench as bench
 files = {"ddnumba": os.path.realpath(ddnumba.__file__),

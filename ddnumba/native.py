@@ -190,6 +190,22 @@ def _helper_wanted():
     return cores >= 2 and _cache_entries(_seq.run_times) == 0
 
 
+# Source a child process runs before it imports ddnumba (with ``_kdir`` set to a
+# directory holding ddnumba's kernels): ``ddnumba.kernels`` is then imported from there,
+# whatever an import by path would find (an installed ddnumba maps it to its own
+# top-level ``kernels/``). Used by the compile helper and by ``bench ab``'s children.
+KERNELS_FINDER = (
+    "import importlib.abc, importlib.util, os, sys\n"
+    "class _Kernels(importlib.abc.MetaPathFinder):\n"
+    "    def find_spec(self, name, path=None, target=None):\n"
+    "        if name == 'ddnumba.kernels':\n"
+    "            return importlib.util.spec_from_file_location(\n"
+    "                name, os.path.join(_kdir, '__init__.py'),\n"
+    "                submodule_search_locations=[_kdir])\n"
+    "        return None\n"
+    "sys.meta_path.insert(0, _Kernels())\n")
+
+
 def helper_command():
     """The helper process's command line: this interpreter, with this process's
     import path (a script's own directory included) ahead of its own, running
@@ -198,9 +214,9 @@ def helper_command():
     ``ddnumba.kernels`` is imported from the directory this process imported it from,
     whatever finder found it here (an installed ddnumba maps it to the top-level
     ``kernels/``; ``bench ab`` maps it to another checkout's), and the helper exits with
-    status 4 if its ``ddnumba`` or ``ddnumba.kernels`` is not this process's: it would
-    compile another tree's kernel into another cache, and this process would then
-    compile its own after all."""
+    status 1 and a message if its ``ddnumba`` or ``ddnumba.kernels`` is not this
+    process's: it would compile another tree's kernel into another cache, and this
+    process would then compile its own after all."""
     import os
     import sys
 
@@ -210,13 +226,8 @@ def helper_command():
     kdir = os.path.dirname(own[1])
     code = (
         "import sys; sys.path[:0] = {path!r}\n"
-        "import importlib.abc, importlib.util, os\n"
-        "class _Kernels(importlib.abc.MetaPathFinder):\n"
-        "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name == 'ddnumba.kernels':\n"
-        "            return importlib.util.spec_from_file_location(name, {init!r}, "
-        "submodule_search_locations=[{kdir!r}])\n"
-        "sys.meta_path.insert(0, _Kernels())\n"
+        "_kdir = {kdir!r}\n"
+        + KERNELS_FINDER +
         "import ddnumba, ddnumba.kernels\n"
         "got = [os.path.realpath(ddnumba.__file__), "
         "os.path.realpath(ddnumba.kernels.__file__)]\n"
@@ -224,8 +235,7 @@ def helper_command():
         "    sys.exit('ddnumba compile helper: imported ' + ' and '.join(got) + "
         "', not the caller\\'s ' + ' and '.join({own!r}))\n"
         "import ddnumba.native as n; n._compile_loop_kernel()"
-    ).format(path=list(sys.path), init=os.path.join(kdir, "__init__.py"), kdir=kdir,
-             own=own)
+    ).format(path=list(sys.path), kdir=kdir, own=own)
     return [sys.executable, "-c", code]
 
 
