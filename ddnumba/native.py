@@ -502,7 +502,10 @@ def _seq_program(li, lp, ids, kind, prm):
             if readers(a) == [node]:
                 NP[i, S.P_BLK] = 1
                 NP[i, S.P_TAG_OUT] = NP[la, S.P_TAG]
-                NP[la, S.P_FUSED] = 1
+                flat = vw == 0 and ow == 0 and prm[g, 6] in (S.L_DISTINCT, S.L_TOP_K)
+                # (a value-less distinct / top_k takes its delta unsorted: see
+                # seqloop.P_FUSED)
+                NP[la, S.P_FUSED] = S.FUSED_UNSORTED if flat else 1
             else:
                 NP[i, S.P_BLK] = 0
                 NP[i, S.P_TAG_OUT] = prm[g, 1] + 1
@@ -553,6 +556,16 @@ def _seq_program(li, lp, ids, kind, prm):
             walk(i, node, list(range(node.arity)), 1, 0, [])
             NP[i, S.P_ROFF] = first
             NP[i, S.P_RN] = len(routes) - first
+    # A reduce reading an unsorted delta corrects a key once per row of it, so its
+    # corrections may hold pairs that cancel: an arrangement they reach consolidates
+    # its delta (else such pairs could circle a loop for ever).
+    for i in range(len(local)):
+        if NP[i, S.P_KIND] == S.S_REDUCE and \
+                NP[NP[i, S.P_ARR], S.P_FUSED] == S.FUSED_UNSORTED:
+            for r in routes[NP[i, S.P_ROFF]:NP[i, S.P_ROFF] + NP[i, S.P_RN]]:
+                if NP[r[0], S.P_KIND] == S.S_ARRANGE and \
+                        NP[r[0], S.P_FUSED] == S.FUSED_UNSORTED:
+                    NP[r[0], S.P_FUSED] = 1
     maxit = -1 if lp.child.max_iterations is None else int(lp.child.max_iterations)
     prog = _seq.pack([NP, np.array(routes, _I64).reshape(-1, S.RTW),
                       np.array(proj, _I64), np.array(chain, _I64),

@@ -31,7 +31,10 @@ A round ``j`` of outer time ``t`` steps the local nodes in order:
 * an *arrangement* takes its queued rows at iteration ``j`` into its *delta*, sorted
   by data and consolidated. When its only reader is a reduce or a join (whose other
   input is also its own), that reader inserts the delta into the trace; otherwise
-  it is inserted when the round ends, after every reader has read the trace;
+  it is inserted when the round ends, after every reader has read the trace. The
+  delta of a value-less ``distinct`` / ``top_k``'s own arrangement is neither sorted
+  nor consolidated (``FUSED_UNSORTED``): that reduce takes the rows as they were
+  queued, one at a time (below);
 * a *join* pairs ``dL x R + L x dR + dL x dR`` (``L``, ``R`` before the round); a
   delta update at ``j`` meets a trace entry at iteration ``i`` at ``max(j, i)``, so
   pairs with entries of later iterations are queued for later rounds. A join that
@@ -49,7 +52,11 @@ A round ``j`` of outer time ``t`` steps the local nodes in order:
   value-less ``distinct`` or ``top_k`` (a count per key, the output a function of it)
   keeps no output at all: its output at every iteration is that function of its input
   there, so the corrections for a delta at ``j`` -- at ``j`` and at each later
-  iteration of the input history -- come from one walk over the input history;
+  iteration of the input history -- come from one walk over the input history. When
+  it alone reads its arrangement it takes the delta unsorted, one walk per row: a
+  key's rows correct it in turn, each against the history the ones before it left,
+  and their corrections add up to those of the rows' sum (sorting a round's rows cost
+  more than the extra walks: HISTORY, thirty-third session);
 * a *consolidate*, or a *feedback* kept as a node (one whose rows reach another
   feedback; the others are folded into routes), takes its rows at ``j``,
   consolidates them and emits them.
@@ -110,7 +117,10 @@ P_RN = 6        # number of routes
 # arrange
 P_TAG = 7       # trace tag
 P_KW = 8        # key width
-P_FUSED = 9     # 1: its reader inserts the delta (else the round's end)
+P_FUSED = 9     # 1: its reader inserts the delta (else the round's end); FUSED_UNSORTED:
+                # and that reader, a value-less distinct / top_k, takes the delta's
+                # rows as they were queued (see _reduce_keys), unsorted
+FUSED_UNSORTED = 2
 # join
 P_LEFT = 7      # local id of the left arrangement
 P_RIGHT = 8
@@ -941,7 +951,12 @@ def _reduce_keys(tab, arena, meta, tag_in, tag_out, blk, kw, vw, ow, logic, lpar
     """Evaluate a reduce at iteration ``j`` for the key groups of the delta
     ``dd[:nd]`` (rows ``(j, diff, key, vals)`` sorted by key and vals, consolidated)
     and then the scheduled keys ``sk[:ns]`` (rows ``(j, 0, key)``), resuming at
-    ``pos[0]`` (a delta row, or ``nd + i`` for the i-th scheduled key).
+    ``pos[0]`` (a delta row, or ``nd + i`` for the i-th scheduled key). A value-less
+    ``distinct`` / ``top_k`` takes its delta row by row, in any order and unconsolidated
+    (``FUSED_UNSORTED``): each row's corrections are computed against the history the
+    rows before it left (theirs inserted), so a key's corrections add up to those of
+    its rows' sum, possibly as pairs that cancel (which the arrangements they reach
+    consolidate away, see ``ddnumba.native``).
 
     Per key: the input accumulated at iterations ``<= j`` (block 0 of the input row
     plus the delta), the output accumulated so (block ``blk`` of the output row; with
@@ -978,8 +993,9 @@ def _reduce_keys(tab, arena, meta, tag_in, tag_out, blk, kw, vw, ow, logic, lpar
             src = dd
             si = p0
             e = p0 + 1
-            while e < nd and _same(dd, e, 2, dd, p0, 2, kw):
-                e += 1
+            if not flat:
+                while e < nd and _same(dd, e, 2, dd, p0, 2, kw):
+                    e += 1
             m = e - p0
         else:
             src = sk
@@ -998,7 +1014,7 @@ def _reduce_keys(tab, arena, meta, tag_in, tag_out, blk, kw, vw, ow, logic, lpar
             g = e
             if g < nd:
                 g += 1
-                while g < nd and _same(dd, g, 2, dd, e, 2, kw):
+                while not flat and g < nd and _same(dd, g, 2, dd, e, 2, kw):
                     g += 1
             elif g < total:
                 g += 1
@@ -1364,7 +1380,8 @@ def _step_reduce(nodes, lp, bufs, cn, tab, arena, meta, ln, t, j):
 def _step_buffered(nodes, lp, bufs, cn, ln, t, j):
     """Arrange, consolidate or feedback: take the rows at ``j``, consolidate them into
     the node's delta buffer (stage 0; more than 48 rows: RQ_CONSOL, run_times sorts
-    them); consolidate and feedback emit it (stage 1)."""
+    them; an arrangement whose reader takes its delta unsorted, ``FUSED_UNSORTED``,
+    only takes them); consolidate and feedback emit it (stage 1)."""
     d = nodes[ln, P_D]
     g = cn[SC_STATS] + 4 * nodes[ln, P_NODE]
     if cn[SC_STAGE] == 0:
@@ -1373,6 +1390,9 @@ def _step_buffered(nodes, lp, bufs, cn, ln, t, j):
             return n
         cn[g] += 1
         cn[SC_STAGE] = 1
+        if nodes[ln, P_KIND] == S_ARRANGE and nodes[ln, P_FUSED] == FUSED_UNSORTED:
+            cn[g + 2] += n
+            return DONE
         if n > 48:
             cn[SC_REQ] = d
             cn[SC_REQ + 1] = n
