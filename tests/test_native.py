@@ -777,7 +777,9 @@ SEQUENTIAL = {"capped_walks", "components_min", "iterative_counts", "iterative_p
               "lagged_reach", "reach", "transitive_closure", "two_loops"}
 
 
-def _loop_modes(name, mode, monkeypatch):
+def _small_graph_run(name, mode, monkeypatch):
+    """PROGRAMS_GRAPH[name] in loop mode ``mode``, run once over one edge; the
+    dataflow."""
     monkeypatch.setenv("DDNUMBA_LOOPS", mode)
     df = dd.Dataflow(engine="native")
     h1, r = df.new_input(["node"])
@@ -788,7 +790,11 @@ def _loop_modes(name, mode, monkeypatch):
     h1.insert([1], time=0)
     h2.insert([1], [2], time=0)
     df.run()
-    return df._native.sequential
+    return df
+
+
+def _loop_modes(name, mode, monkeypatch):
+    return _small_graph_run(name, mode, monkeypatch)._native.sequential
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS_GRAPH))
@@ -1035,22 +1041,15 @@ def _unsorted_reduces(df):
 @pytest.mark.parametrize("name, unsorted", [
     ("reach", [True]), ("capped_walks", [True]), ("transitive_closure", [True]),
     ("components_min", [False])])
-def test_sequential_value_less_reduce_takes_its_delta_unsorted(name, unsorted):
+def test_sequential_value_less_reduce_takes_its_delta_unsorted(name, unsorted,
+                                                               monkeypatch):
     """A value-less ``distinct`` / ``top_k`` that alone reads its arrangement gets the
     round's rows as they were queued, neither sorted nor consolidated: it corrects a
     key once per row, each row against the history the rows before it left. A reduce
     with values (components' ``min``) gets a sorted delta. The answers of these
     programs are checked against the Python engine in test_twin_loops_sequential, and
     reachability's against BFS below."""
-    df = dd.Dataflow(engine="native", loops="sequential")
-    h1, r = df.new_input(["node"])
-    h2, e = df.new_input(["src", "dst"])
-    outs = PROGRAMS_GRAPH[name]([], r, e)
-    for o in outs if isinstance(outs, (tuple, list)) else (outs,):
-        o.capture()
-    h1.insert([1], time=0)
-    h2.insert([1, 2], [2, 1], time=0)
-    df.run()
+    df = _small_graph_run(name, "sequential", monkeypatch)
     assert df._native.sequential == [True]
     assert _unsorted_reduces(df) == unsorted
     if name == "reach":
