@@ -502,10 +502,10 @@ def _seq_program(li, lp, ids, kind, prm):
             if readers(a) == [node]:
                 NP[i, S.P_BLK] = 1
                 NP[i, S.P_TAG_OUT] = NP[la, S.P_TAG]
-                flat = vw == 0 and ow == 0 and prm[g, 6] in (S.L_DISTINCT, S.L_TOP_K)
                 # (a value-less distinct / top_k takes its delta unsorted: see
                 # seqloop.P_FUSED)
-                NP[la, S.P_FUSED] = S.FUSED_UNSORTED if flat else 1
+                NP[la, S.P_FUSED] = S.FUSED_UNSORTED if S.value_less(
+                    vw, ow, int(prm[g, 6])) else 1
             else:
                 NP[i, S.P_BLK] = 0
                 NP[i, S.P_TAG_OUT] = prm[g, 1] + 1

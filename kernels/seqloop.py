@@ -871,6 +871,15 @@ def _sum_group(arena, a, a_end, ref, ri, w, j, nxt):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def value_less(vw, ow, logic):
+    """Whether a reduce with values of ``vw`` words in, ``ow`` out and logic ``logic``
+    is a value-less ``distinct`` / ``top_k``: it keeps no output, and it takes its own
+    arrangement's delta unsorted (``FUSED_UNSORTED``; ``ddnumba.native`` asks this
+    too: a reduce of another kind given an unsorted delta would split its keys)."""
+    return vw == 0 and ow == 0 and (logic == L_DISTINCT or logic == L_TOP_K)
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _count_want(c, logic, lparam):
     """The output count of a value-less ``distinct`` (1) or ``top_k`` (``min(c, k)``)
     whose input count is ``c`` (nothing for ``c <= 0``)."""
@@ -975,7 +984,7 @@ def _reduce_keys(tab, arena, meta, tag_in, tag_out, blk, kw, vw, ow, logic, lpar
     total = nd + ns
     fused = blk == 1
     ob = KW + 1 + 2 * blk
-    flat = vw == 0 and ow == 0 and (logic == L_DISTINCT or logic == L_TOP_K)
+    flat = value_less(vw, ow, logic)
     pf_out = tag_in if flat else tag_out     # (a flat reduce reads no output block)
     pf_blk = 0 if flat else blk
     pf = _pf_on(tab)
