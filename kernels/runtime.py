@@ -454,6 +454,15 @@ def _flush(prog, st, spines):
 # ------------------------------------------------------------------------- linear steps
 
 
+@leaf
+def _any_iteration(t):
+    """Whether some time ``(t, iteration)`` of ``t`` has an iteration other than 0."""
+    for r in range(t.shape[0]):
+        if t[r, 1] != 0:
+            return True
+    return False
+
+
 @njit(cache=True)
 def _step_linear(prog, st, n, kind):
     in_offs = _fld(prog, 1)
@@ -509,9 +518,12 @@ def _step_linear(prog, st, n, kind):
     if kind == K_CONSOLIDATE:
         _emit(prog, st, n, sort_consolidate(u[0], u[1], u[2]))
     elif kind == K_LEAVE:
-        t = u[1].copy()
-        for r in range(t.shape[0]):
-            t[r, 1] = 0
+        # the iteration goes (a sequential loop's leaves give none: no copy then)
+        t = u[1]
+        if _any_iteration(t):
+            t = t.copy()
+            for r in range(t.shape[0]):
+                t[r, 1] = 0
         _emit(prog, st, n, sort_consolidate(u[0], t, u[2]))
     elif kind == K_FEEDBACK:
         b = sort_consolidate(u[0], u[1], u[2])

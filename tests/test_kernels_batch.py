@@ -69,6 +69,37 @@ def test_sort_consolidate_hypothesis(rows):
                  ref_consolidate(data, times, diffs))
 
 
+@pytest.mark.parametrize("n", [3, 40, 3000])
+def test_sort_consolidate_of_a_sorted_batch(n):
+    """A batch already flat comes back as it is (its own memory, nothing copied); a
+    sorted batch that is not quite flat -- two equal updates, a zero diff, a time out
+    of order under equal data -- is still consolidated."""
+    data, times, diffs = updates(n, 2, 50, 9, n)
+    flat = kb.sort_consolidate(data, times, diffs)
+    assert len(flat[2]) >= 3
+    got = kb.sort_consolidate(*flat)
+    assert_batch(got, flat)
+    for g, f in zip(got, flat):
+        assert np.shares_memory(g, f)
+    m = len(flat[2])
+    i = m // 2
+    d, t, f = (a.copy() for a in flat)
+    # two equal updates next to each other (sorted, not consolidated)
+    d[i], t[i] = d[i - 1], t[i - 1]
+    assert_batch(kb.sort_consolidate(d, t, f), ref_consolidate(d, t, f))
+    # a zero diff
+    d, t, f = (a.copy() for a in flat)
+    f[i] = 0
+    got = kb.sort_consolidate(d, t, f)
+    assert_batch(got, ref_consolidate(d, t, f))
+    assert len(got[2]) == m - 1
+    # equal data, times descending
+    d, t, f = (a.copy() for a in flat)
+    d[i] = d[i - 1]
+    t[i - 1], t[i] = [5, 1], [5, 0]
+    assert_batch(kb.sort_consolidate(d, t, f), ref_consolidate(d, t, f))
+
+
 def test_sort_consolidate_extreme_values_and_overflow():
     data = np.array([[I64_MIN], [I64_MAX], [0]] * 20, np.int64)
     times = np.zeros((60, 2), np.int64)
