@@ -85,7 +85,8 @@ def _cmp_prefix(a, i, b, j, w):
 
 @njit(cache=True, nogil=True)
 def is_consolidated(data, times, diffs):
-    """True when the batch is strictly sorted by (data, time) with no zero diff."""
+    """True when the batch is strictly sorted by (data, time) with no zero diff
+    (stopping at the first row out of order: on an unsorted batch a few rows)."""
     for i in range(diffs.shape[0]):
         if diffs[i] == 0:
             return False
@@ -237,19 +238,6 @@ def _trim(data, times, diffs, k):
     return data[:k], times[:k], diffs[:k]
 
 
-@leaf
-def _is_flat(data, times, diffs):
-    """Whether the updates are already a flat batch: strictly ascending by (data,
-    time), no zero diff. (Stops at the first row out of order: on an unsorted batch
-    this costs a few rows.)"""
-    for r in range(diffs.shape[0]):
-        if diffs[r] == 0:
-            return False
-        if r > 0 and _cmp_upd(data, times, r - 1, data, times, r) >= 0:
-            return False
-    return True
-
-
 @njit(cache=True, nogil=True)
 def sort_consolidate(data, times, diffs):
     """Sort updates by (data, time), sum equal pairs, drop zeros: a flat batch.
@@ -259,7 +247,7 @@ def sort_consolidate(data, times, diffs):
     leave or consolidate just sorted costs a pass over it, not a sort and a second
     copy of the batch. Raises ``OverflowError`` when a group's sum leaves int64.
     """
-    if _is_flat(data, times, diffs):
+    if is_consolidated(data, times, diffs):
         return (np.ascontiguousarray(data), np.ascontiguousarray(times),
                 np.ascontiguousarray(diffs))
     n = diffs.shape[0]
