@@ -534,3 +534,41 @@ def test_leave_after_the_loop_is_built_works():
     assert sorted(out.at(0).column("v").to_pylist()) == [1, 2]
     # The inner collection accumulated over all iterations is left as a whole.
     assert sorted(doubled.at(0).column("v").to_pylist()) == [2, 4]
+
+
+def _leave_out(df):
+    """Updates the loop's leave has passed on so far (native engine)."""
+    return sum(out for node, _, _, out in df._native.node_stats()
+               if type(node).__name__ == "LeaveNode")
+
+
+def test_leave_passes_on_only_the_changes_of_the_result():
+    """A change that moves nodes to other depths changes the loop variable at two
+    iterations of its time, and none of it must leave the loop: outside it the
+    iterations are one time, where the two corrections cancel. A change that takes
+    nodes out of reach leaves as exactly their retractions."""
+    from ddnumba.algorithms import reachability
+    df = dd.Dataflow(engine="native")
+    ri, roots = df.new_input(["node"])
+    ei, edges = df.new_input(["src", "dst"])
+    cap = reachability(roots, edges).capture()
+    ri.insert([0], time=0)
+    ei.insert([0, 1, 2, 3], [1, 2, 3, 4], time=0)        # the chain 0 -> ... -> 4
+    steps = [
+        ("insert", (0, 3), 0, {(0, v) for v in range(5)}),  # 3, 4: depths 3, 4 -> 1, 2
+        ("remove", (2, 3), 0, {(0, v) for v in range(5)}),  # 3 no longer also at 3
+        ("remove", (0, 3), 2, {(0, 0), (0, 1), (0, 2)}),    # 3 and 4 out of reach
+        ("insert", (2, 3), 2, {(0, v) for v in range(5)}),  # and back at 3, 4
+    ]
+    for h in (ri, ei):
+        h.advance_to(1)
+    df.run()
+    assert as_set(cap, 0) == {(0, v) for v in range(5)}
+    for t, (op, (s, d), moved, want) in enumerate(steps, start=1):
+        before = _leave_out(df)
+        getattr(ei, op)([s], [d], time=t)
+        for h in (ri, ei):
+            h.advance_to(t + 1)
+        df.run()
+        assert as_set(cap, t) == want, (t, op, s, d)
+        assert _leave_out(df) - before == moved, (t, op, s, d)
