@@ -39,7 +39,8 @@ run did more work or paid for something else (:func:`run_tail`).
 workload in one sitting, in alternating fresh processes (see :mod:`ddnumba.benchab`);
 ``pair`` compares two settings in one process (:mod:`ddnumba.benchpair`). ``floor``
 counts the least corrections the workload asks of any differential engine against the
-native engine's, and ``memory`` times random loads by working-set size (see
+native engine's, ``sharing`` the key lookups one pass per round over a batch's
+times would share, and ``memory`` times random loads by working-set size (see
 :mod:`ddnumba.benchfloor`). ``targets`` measures the performance targets in one sitting
 and prints each as met or missed (:mod:`ddnumba.benchtargets`).
 """
@@ -671,7 +672,7 @@ def main(argv=None):
     if args.cmd == "targets":
         benchtargets.main(args)
         return
-    if args.cmd in ("floor", "memory"):
+    if args.cmd in ("floor", "sharing", "memory"):
         benchfloor.main(args)
         return
     if args.cmd == "ab":

@@ -1,6 +1,6 @@
 """How much work the reachability benchmark asks for, whatever the engine, and what a
-random memory access costs here: ``python -m ddnumba.bench floor`` and ``python -m
-ddnumba.bench memory``.
+random memory access costs here: ``python -m ddnumba.bench floor``, ``python -m
+ddnumba.bench sharing`` and ``python -m ddnumba.bench memory``.
 
 *The work floor.* The benchmark's loop (``distinct`` of the roots and of the edges'
 step from the loop variable) holds the pair ``(root, node)`` from the iteration equal
@@ -18,6 +18,10 @@ over the same changes: the corrections it emitted (some are premature and cancel
 the queue they wait in) and the changes of its variable once consolidated, which
 must equal the floor.
 
+*Sharing.* :func:`batch_sharing` counts, from the same depths, the key lookups of the
+loop's rounds with a pass per time and with one pass per round over a batch's times:
+the most that batch-wide rounds could save in lookups.
+
 *Memory.* :func:`memory_latency` times random loads over working sets of growing size
 (:mod:`ddnumba.kernels.memlat`): one load depending on the previous one (a pointer
 chase: the latency) and loads with addresses known in advance (what overlapping
@@ -29,8 +33,8 @@ import time
 
 import numpy as np
 
-__all__ = ["min_corrections", "engine_corrections", "memory_latency", "add_parser",
-           "main"]
+__all__ = ["min_corrections", "batch_sharing", "engine_corrections", "memory_latency",
+           "add_parser", "main"]
 
 
 def _depths(n, src, dst, roots):
@@ -80,6 +84,73 @@ def min_corrections(n, changes, *, resolution=1, roots=10, seed=None, stream=Non
         out["appeared"] += appeared
         out["vanished"] += vanished
         out["corrections"] += 2 * moved + appeared + vanished
+        prev = cur
+    return out
+
+
+def batch_sharing(n, changes, batch, *, roots=10, seed=None, stream=None):
+    """Key lookups that one pass per round over all the times of a batch would share,
+    against one pass per time, over the benchmark's first ``changes`` window changes
+    (every change at its own time, ``batch`` changes a run).
+
+    The loop variable's changes at time ``t`` are its least corrections there, pairs
+    ``(root, node)`` at iterations ``i`` (see :func:`min_corrections`). A loop round
+    ``i`` looks a node up in the join's arrangements once per node among them, and the
+    ``distinct`` looks up each pair ``(root, dst)`` the join sends it at ``i + 1``, one
+    per edge ``node -> dst`` present at ``t`` (the pairs an edge change makes with the
+    variable are left out: two a change). Counted once per ``(key, iteration)`` per
+    time (a pass per time, as the sequential loops run) and once per batch (a pass per
+    round for the batch's times, which must still evaluate every time a key changes
+    at, so this is what such a pass could save in lookups at most). Returns totals:
+    ``{"times", "variable": changes of the variable, "node_time", "node_batch": node
+    lookups, "pair_rows": rows sent to the distinct, "pair_time", "pair_batch": its
+    key lookups}``."""
+    from .bench import SEED, workload
+    if batch < 1 or changes % batch:
+        raise ValueError(f"batch_sharing: changes ({changes}) must be a positive "
+                         f"multiple of the batch ({batch})")
+    if stream is None:
+        stream = workload(n, changes, roots=roots, seed=SEED if seed is None else seed)
+    src, dst, root_ids, new_src, new_dst = stream
+    if len(new_src) < changes:
+        raise ValueError(f"batch_sharing: the stream holds {len(new_src)} changes, "
+                         f"fewer than {changes}")
+    m = len(src)
+    all_src = np.concatenate([src, new_src])
+    all_dst = np.concatenate([dst, new_dst])
+    prev = _depths(n, all_src[:m], all_dst[:m], root_ids)
+    out = dict.fromkeys(("variable", "node_time", "node_batch", "pair_rows",
+                         "pair_time", "pair_batch"), 0)
+    out["times"] = changes
+    nodes, pairs = [], []
+    for j in range(1, changes + 1):
+        cur = _depths(n, all_src[j:j + m], all_dst[j:j + m], root_ids)
+        r, v = np.nonzero(prev != cur)          # inf != inf is False: both unreached
+        d = np.concatenate([prev[r, v], cur[r, v]])
+        r, v = np.concatenate([r, r]), np.concatenate([v, v])
+        ok = np.isfinite(d)
+        r, v, it = r[ok], v[ok], d[ok].astype(np.int64)
+        out["variable"] += len(it)
+        node_keys = np.unique(v * (n + 1) + it)           # (node, iteration)
+        # the variable's changes through the edges present at time j
+        es, ed = all_src[j:j + m], all_dst[j:j + m]
+        order = np.argsort(es, kind="stable")
+        es, ed = es[order], ed[order]
+        lo = np.searchsorted(es, v, "left")
+        cnt = np.searchsorted(es, v, "right") - lo
+        first = np.repeat(lo - (np.cumsum(cnt) - cnt), cnt)
+        w = ed[first + np.arange(int(cnt.sum()))]
+        pair_keys = np.unique((np.repeat(r, cnt) * n + w) * (n + 1)
+                              + np.repeat(it, cnt) + 1)    # (root, dst, iteration + 1)
+        out["pair_rows"] += len(w)
+        out["node_time"] += len(node_keys)
+        out["pair_time"] += len(pair_keys)
+        nodes.append(node_keys)
+        pairs.append(pair_keys)
+        if j % batch == 0:
+            out["node_batch"] += len(np.unique(np.concatenate(nodes)))
+            out["pair_batch"] += len(np.unique(np.concatenate(pairs)))
+            nodes, pairs = [], []
         prev = cur
     return out
 
@@ -177,6 +248,12 @@ def add_parser(sub):
                         "changes at one time (the engine is fed R a run)")
     f.add_argument("--no-engine", action="store_true",
                    help="only the floor (no engine run)")
+    sh = sub.add_parser("sharing", help="key lookups one pass per round over a "
+                                        "batch's times would share")
+    sh.add_argument("--nodes", type=int, nargs="+", default=[1000])
+    sh.add_argument("--changes", type=int, default=10000)
+    sh.add_argument("--batch", type=int, nargs="+", default=[100, 1000, 10000],
+                    help="changes a run, each at its own time")
     mem = sub.add_parser("memory", help="random-load latency by working-set size")
     mem.add_argument("--mib", type=float, nargs="+",
                      default=[0.25, 1, 2, 4, 8, 16, 64, 256, 1024])
@@ -188,6 +265,29 @@ def main(args):
         print(f"{'MiB':>8} {'dependent ns':>13} {'independent ns':>15}")
         for r in memory_latency(args.mib, steps=args.steps):
             print(f"{r['mib']:8g} {r['dependent_ns']:13.1f} {r['independent_ns']:15.1f}")
+        return
+    if args.cmd == "sharing":
+        print("per change: the loop variable's changes; node lookups by the join's "
+              "arrangements and (root, dst) lookups by the distinct, with a pass per "
+              "time and with a pass per round over the batch's times")
+        print(f"{'N':>8} {'batch':>6} {'changes':>8} {'variable':>9} {'nodes/t':>8} "
+              f"{'nodes/b':>8} {'ratio':>6} {'rows':>7} {'pairs/t':>8} {'pairs/b':>8} "
+              f"{'ratio':>6}")
+        for n in args.nodes:
+            for b in args.batch:
+                changes = args.changes - args.changes % b if b >= 1 else 0
+                if changes <= 0:
+                    print(f"N={n} batch {b}: fewer changes than one batch; skipped")
+                    continue
+                t0 = time.perf_counter()
+                r = batch_sharing(n, changes, b)
+                print(f"{n:8d} {b:6d} {changes:8d} {r['variable'] / changes:9.1f} "
+                      f"{r['node_time'] / changes:8.1f} {r['node_batch'] / changes:8.1f} "
+                      f"{r['node_time'] / max(r['node_batch'], 1):6.2f} "
+                      f"{r['pair_rows'] / changes:7.1f} {r['pair_time'] / changes:8.1f} "
+                      f"{r['pair_batch'] / changes:8.1f} "
+                      f"{r['pair_time'] / max(r['pair_batch'], 1):6.2f}"
+                      f"   ({time.perf_counter() - t0:.0f} s)", flush=True)
         return
     print("per change: pairs moved to another depth, the least corrections of the "
           "loop's result, the engine's (emitted / consolidated), its operators' updates")

@@ -64,6 +64,95 @@ def test_floor_matches_networkx(seed, resolution):
         assert got[k] == want[k], k
 
 
+def _nx_sharing(n, stream, changes, batch):
+    """Brute force for ``batch_sharing``: depths by networkx at every time, the loop
+    variable's changes ``(root, node, iteration)``, and the ``distinct``'s rows, one
+    per change and edge ``node -> dst`` present (duplicate edges each count)."""
+    src, dst, roots, new_src, new_dst = stream
+    m = len(src)
+    s = np.concatenate([src, new_src]).tolist()
+    d = np.concatenate([dst, new_dst]).tolist()
+
+    def depths(j):
+        g = nx.DiGraph()
+        g.add_nodes_from(range(n))
+        g.add_edges_from(zip(s[j:j + m], d[j:j + m]))
+        return {(r, v): k for r in roots.tolist()
+                for v, k in nx.single_source_shortest_path_length(g, r).items()}
+
+    total = dict.fromkeys(("variable", "node_time", "node_batch", "pair_rows",
+                           "pair_time", "pair_batch"), 0)
+    total["times"] = changes
+    prev = depths(0)
+    nodes, pairs = set(), set()
+    for j in range(1, changes + 1):
+        cur = depths(j)
+        events = [(r, v, prev[r, v]) for (r, v) in prev if cur.get((r, v)) != prev[r, v]]
+        events += [(r, v, cur[r, v]) for (r, v) in cur if prev.get((r, v)) != cur[r, v]]
+        total["variable"] += len(events)
+        node_keys = {(v, i) for _, v, i in events}
+        rows = [(r, w, i + 1) for r, v, i in events
+                for a, w in zip(s[j:j + m], d[j:j + m]) if a == v]
+        total["pair_rows"] += len(rows)
+        total["node_time"] += len(node_keys)
+        total["pair_time"] += len(set(rows))
+        nodes |= node_keys
+        pairs |= set(rows)
+        if j % batch == 0:
+            total["node_batch"] += len(nodes)
+            total["pair_batch"] += len(pairs)
+            nodes, pairs = set(), set()
+        prev = cur
+    return total
+
+
+def test_sharing_by_hand():
+    # the chain of test_floor_by_hand. Time 1: 1 vanishes (at iteration 1), 2 and 3
+    # move up (2 -> 1, 3 -> 2): five changes of five (node, iteration); the edges
+    # 1 -> 2 and 2 -> 3 send three rows, (0, 2, 2), (0, 3, 3), (0, 3, 2). Time 2: 3
+    # moves up again (2 -> 1), with no edge out of 3. One batch of both times shares
+    # (3, 2).
+    stream = (np.array([0, 1, 2]), np.array([1, 2, 3]), np.array([0]),
+              np.array([0, 0]), np.array([2, 3]))
+    one = benchfloor.batch_sharing(4, 2, 1, stream=stream)
+    assert one == {"times": 2, "variable": 7, "node_time": 7, "node_batch": 7,
+                   "pair_rows": 3, "pair_time": 3, "pair_batch": 3}
+    both = benchfloor.batch_sharing(4, 2, 2, stream=stream)
+    assert both == dict(one, node_batch=6)
+
+
+@pytest.mark.parametrize("seed", [3, 11])
+@pytest.mark.parametrize("batch", [1, 4, 30])
+def test_sharing_matches_networkx(seed, batch):
+    n, changes = 40, 60
+    stream = workload(n, changes, roots=3, seed=seed)
+    got = benchfloor.batch_sharing(n, changes, batch, stream=stream)
+    want = _nx_sharing(n, stream, changes, batch)
+    assert got["pair_batch"] > 0 and got["variable"] > 0
+    if batch > 1:
+        assert got["node_batch"] < got["node_time"]
+    assert got == want
+    # the variable's changes are the floor's corrections
+    floor = benchfloor.min_corrections(n, changes, stream=stream)
+    assert got["variable"] == floor["corrections"]
+
+
+def test_sharing_rejects_bad_arguments_and_prints(capsys):
+    with pytest.raises(ValueError, match="multiple"):
+        benchfloor.batch_sharing(10, 10, 3)
+    with pytest.raises(ValueError, match="multiple"):
+        benchfloor.batch_sharing(10, 10, 0)
+    with pytest.raises(ValueError, match="fewer than"):
+        benchfloor.batch_sharing(10, 6, 1, stream=workload(10, 5))
+    from ddnumba.bench import main
+    main(["sharing", "--nodes", "40", "--changes", "30", "--batch", "1", "10", "50"])
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 5 and out[2].split()[:3] == ["40", "1", "30"]
+    assert out[2].split()[6] == "1.00" and out[2].split()[10] == "1.00"
+    assert out[3].split()[:3] == ["40", "10", "30"]
+    assert "skipped" in out[4]
+
+
 def test_floor_rejects_bad_arguments():
     with pytest.raises(ValueError, match="resolution"):
         benchfloor.min_corrections(10, 10, resolution=0)
