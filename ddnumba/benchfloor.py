@@ -46,6 +46,23 @@ def _depths(n, src, dst, roots):
     return shortest_path(g, indices=np.asarray(roots), unweighted=True, directed=True)
 
 
+def _window_start(who, n, changes, roots, seed, stream):
+    """The benchmark's edge window over ``changes`` changes (``stream`` or the
+    workload): ``(all_src, all_dst, root_ids, m, depths of the first window)``; the
+    window at time ``j`` is edges ``j .. j + m - 1``."""
+    from .bench import SEED, workload
+    if stream is None:
+        stream = workload(n, changes, roots=roots, seed=SEED if seed is None else seed)
+    src, dst, root_ids, new_src, new_dst = stream
+    if len(new_src) < changes:
+        raise ValueError(f"{who}: the stream holds {len(new_src)} changes, "
+                         f"fewer than {changes}")
+    m = len(src)
+    all_src = np.concatenate([src, new_src])
+    all_dst = np.concatenate([dst, new_dst])
+    return all_src, all_dst, root_ids, m, _depths(n, all_src[:m], all_dst[:m], root_ids)
+
+
 def min_corrections(n, changes, *, resolution=1, roots=10, seed=None, stream=None):
     """The least number of corrections of the loop's result over the benchmark's
     first ``changes`` window changes (after the load), with the changes seen at
@@ -56,22 +73,13 @@ def min_corrections(n, changes, *, resolution=1, roots=10, seed=None, stream=Non
     "corrections": the least corrections, "appeared", "vanished", "times"}``, totals
     over all times.
     """
-    from .bench import SEED, workload
     if resolution < 1:
         raise ValueError(f"min_corrections: resolution must be >= 1, not {resolution}")
     if changes % resolution:
         raise ValueError(f"min_corrections: changes ({changes}) must be a multiple of "
                          f"the resolution ({resolution})")
-    if stream is None:
-        stream = workload(n, changes, roots=roots, seed=SEED if seed is None else seed)
-    src, dst, root_ids, new_src, new_dst = stream
-    if len(new_src) < changes:
-        raise ValueError(f"min_corrections: the stream holds {len(new_src)} changes, "
-                         f"fewer than {changes}")
-    m = len(src)
-    all_src = np.concatenate([src, new_src])
-    all_dst = np.concatenate([dst, new_dst])
-    prev = _depths(n, all_src[:m], all_dst[:m], root_ids)
+    all_src, all_dst, root_ids, m, prev = _window_start(
+        "min_corrections", n, changes, roots, seed, stream)
     out = {"moved": 0, "corrections": 0, "appeared": 0, "vanished": 0,
            "times": changes // resolution}
     for j in range(resolution, changes + 1, resolution):
@@ -105,20 +113,11 @@ def batch_sharing(n, changes, batch, *, roots=10, seed=None, stream=None):
     ``{"times", "variable": changes of the variable, "node_time", "node_batch": node
     lookups, "pair_rows": rows sent to the distinct, "pair_time", "pair_batch": its
     key lookups}``."""
-    from .bench import SEED, workload
     if batch < 1 or changes % batch:
         raise ValueError(f"batch_sharing: changes ({changes}) must be a positive "
                          f"multiple of the batch ({batch})")
-    if stream is None:
-        stream = workload(n, changes, roots=roots, seed=SEED if seed is None else seed)
-    src, dst, root_ids, new_src, new_dst = stream
-    if len(new_src) < changes:
-        raise ValueError(f"batch_sharing: the stream holds {len(new_src)} changes, "
-                         f"fewer than {changes}")
-    m = len(src)
-    all_src = np.concatenate([src, new_src])
-    all_dst = np.concatenate([dst, new_dst])
-    prev = _depths(n, all_src[:m], all_dst[:m], root_ids)
+    all_src, all_dst, root_ids, m, prev = _window_start(
+        "batch_sharing", n, changes, roots, seed, stream)
     out = dict.fromkeys(("variable", "node_time", "node_batch", "pair_rows",
                          "pair_time", "pair_batch"), 0)
     out["times"] = changes
