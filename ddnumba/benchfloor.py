@@ -105,8 +105,8 @@ def batch_sharing(n, changes, batch, *, roots=10, seed=None, stream=None):
     ``(root, node)`` at iterations ``i`` (see :func:`min_corrections`). A loop round
     ``i`` looks a node up in the join's arrangements once per node among them, and the
     ``distinct`` looks up each pair ``(root, dst)`` the join sends it at ``i + 1``, one
-    per edge ``node -> dst`` present at ``t`` (the pairs an edge change makes with the
-    variable are left out: two a change). Counted once per ``(key, iteration)`` per
+    per edge ``node -> dst`` present at ``t`` (left out: the pairs that a change's two
+    edge updates make with the variable). Counted once per ``(key, iteration)`` per
     time (a pass per time, as the sequential loops run) and once per batch (a pass per
     round for the batch's times, which must still evaluate every time a key changes
     at, so this is what such a pass could save in lookups at most). Returns totals:
