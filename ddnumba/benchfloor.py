@@ -274,7 +274,9 @@ def main(args):
               f"{'ratio':>6}")
         for n in args.nodes:
             for b in args.batch:
-                changes = args.changes - args.changes % b if b >= 1 else 0
+                if b < 1:
+                    raise SystemExit(f"sharing: --batch must be >= 1, not {b}")
+                changes = args.changes - args.changes % b
                 if changes <= 0:
                     print(f"N={n} batch {b}: fewer changes than one batch; skipped")
                     continue

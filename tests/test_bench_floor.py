@@ -151,6 +151,8 @@ def test_sharing_rejects_bad_arguments_and_prints(capsys):
     assert out[2].split()[6] == "1.00" and out[2].split()[10] == "1.00"
     assert out[3].split()[:3] == ["40", "10", "30"]
     assert "skipped" in out[4]
+    with pytest.raises(SystemExit, match="--batch must be >= 1"):
+        main(["sharing", "--nodes", "40", "--changes", "30", "--batch", "0"])
 
 
 def test_floor_rejects_bad_arguments():

@@ -557,7 +557,7 @@ def test_leave_passes_on_only_the_changes_of_the_result():
     ei.insert([0, 1, 2, 3], [1, 2, 3, 4], time=0)        # the chain 0 -> ... -> 4
     steps = [
         ("insert", (0, 3), 0, {(0, v) for v in range(5)}),  # 3, 4: depths 3, 4 -> 1, 2
-        ("remove", (2, 3), 0, {(0, v) for v in range(5)}),  # 3 no longer also at 3
+        ("remove", (2, 3), 0, {(0, v) for v in range(5)}),  # nothing moves (0 -> 3)
         ("remove", (0, 3), 2, {(0, 0), (0, 1), (0, 2)}),    # 3 and 4 out of reach
         ("insert", (2, 3), 2, {(0, v) for v in range(5)}),  # and back at 3, 4
     ]
