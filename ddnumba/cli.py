@@ -266,6 +266,10 @@ def _run(args):
         # self-compacting: an output stays about as large as its collection however
         # long the input (its changes are streamed out run by run below)
         captures[name] = coll.capture(auto_compact=True)
+        # read once before the first run: from here on every update is handed out
+        # at its own time, however soon the capture compacts (a first run of more
+        # than ~65k output updates compacts it before the first part file is written)
+        captures[name].new_updates()
     targets = {}
     for name in captures:
         target = os.path.join(args.output, name)

@@ -393,3 +393,43 @@ def test_pending_no_warning(monkeypatch, mode):
         assert node._pending_runs == T and 0 < node._pending_rows
     assert _got(cap, (T - 1,)) == _count_at(ups, (T - 1,))
     df.close()
+
+
+@pytest.mark.parametrize("engine,workers", [("python", 1), ("native", 1), ("python", 2)])
+@pytest.mark.parametrize("armed", [True, False])
+def test_first_run_that_compacts_streams_its_own_times(monkeypatch, engine, workers,
+                                                        armed):
+    # A first run over several times that compacts the capture at once (COMPACT_MIN
+    # 0). Read once before it (armed), new_updates() hands out every update at its
+    # own time: accumulated, the oracle at every time, and no warning. Read first
+    # after it, the updates come compacted to the last complete time, and a
+    # RuntimeWarning says so.
+    monkeypatch.setattr(CaptureNode, "COMPACT_MIN", 0)
+    rng = np.random.default_rng(17)
+    T = 6
+    ups = _stream(rng, [(t,) for t in range(T)], 200, values=9)
+    df = dd.Dataflow(engine=engine, workers=workers)
+    try:
+        inp, cap = _build(df, auto_compact=True)
+        if armed:
+            assert cap.new_updates().num_rows == 0
+        for t in range(T):
+            _feed(inp, ups, t)
+        inp.advance_to(T)
+        df.run()
+        assert cap.since is not None and int(cap.since[0]) == T - 1   # it compacted
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            streamed = _rows(cap.new_raw())
+        lost = [x for x in w if "before the first" in str(x.message)
+                and issubclass(x.category, RuntimeWarning)]
+        if armed:
+            assert not lost, [str(x.message) for x in w]
+            for x in range(T):
+                assert _acc(streamed, (x,)) == _count_at(ups, (x,)), x
+        else:
+            assert len(lost) == 1
+            assert {r[2] for r in streamed} == {T - 1}
+            assert _acc(streamed, (T - 1,)) == _count_at(ups, (T - 1,))
+    finally:
+        df.close()

@@ -181,6 +181,42 @@ def test_run_streams_each_runs_changes_and_compacts(tmp_path, capsys, monkeypatc
     assert max(keys.values()) == 1
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_run_first_file_of_many_times_keeps_them(tmp_path, capsys, monkeypatch, workers):
+    # The first input file spans several times and its run compacts the output
+    # capture at once (COMPACT_MIN 0): its part file must still hold every change at
+    # its own time (the capture is read once before the first run), not all of them
+    # at the file's last time.
+    from ddnumba.operators.output import CaptureNode
+    monkeypatch.setattr(CaptureNode, "COMPACT_MIN", 0)
+    rng = np.random.default_rng(3)
+    inp = tmp_path / "in"
+    events = []
+    for f, (t0, t1) in enumerate([(0, 8), (8, 10)]):
+        n = 60
+        words = [f"w{int(x)}" for x in rng.integers(0, 7, n)]
+        times = sorted(int(x) for x in rng.integers(t0, t1, n))
+        diffs = [1] * n
+        events += list(zip(words, times, diffs))
+        write(str(inp / "input" / f"part-{f}.parquet"), word=words, time=times,
+              diff=diffs)
+    argv = ["run", "count", "--input", inp, "--output", tmp_path / "out", "--no-progress"]
+    if workers > 1:
+        argv += ["--workers", workers]
+    code, out, err = run_cli(argv, capsys)
+    assert code == 0, err
+    assert "RuntimeWarning" not in err
+    tbl = pq.read_table(tmp_path / "out" / "count")
+    assert len(set(tbl.column("time").to_pylist())) > 5
+    for t in range(10):
+        acc = Counter()
+        for w, s, d in events:
+            if s <= t:
+                acc[w] += d
+        assert accumulate(tbl, ["word", "count"], t) == {
+            (w, c): 1 for w, c in acc.items() if c}, t
+
+
 def test_run_two_time_coordinates_streams_and_compacts(tmp_path, capsys, monkeypatch):
     # (epoch, round) times, a file per epoch: the captures compact themselves to the
     # frontier stepped back, (e, 0) after epoch e, and the written changes accumulate

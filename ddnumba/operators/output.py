@@ -235,6 +235,13 @@ class CaptureNode(SinkNode):
                 self.pending[0] is self._pending_whole:
             return self._pending_whole
         if self.pending is None:
+            if self.auto_compact and self.since is not None:
+                warnings.warn(
+                    "capture(auto_compact=True): the first new_updates() comes after "
+                    "the capture compacted itself, so updates before its last complete "
+                    "time are reported at that time, not at their own. To stream every "
+                    "update at its own time, call new_updates() once before the first "
+                    "run() (and after every run)", RuntimeWarning, stacklevel=4)
             u = self.consolidated()
         else:
             u = Updates.concat(self.pending, self.arity, self.dims).consolidated()
@@ -392,7 +399,10 @@ class Captured:
         :meth:`updates` consolidates the whole capture. Updates keep the times they
         were output at, whatever :meth:`compact` did to the capture since the previous
         call (the first call reads the capture as it is, compacted or not); they stay
-        in the capture too (compact it to bound its memory).
+        in the capture too (compact it to bound its memory). So to stream a
+        self-compacting capture, call it once before the first ``run()``: otherwise a
+        first run large enough to compact it hands out its updates at its last
+        complete time (a ``RuntimeWarning`` says so).
 
         Once called, it keeps every later update until the next call, so call it
         after every run (or every few). A self-compacting capture warns
