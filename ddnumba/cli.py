@@ -119,6 +119,19 @@ def _input_dir(root, name):
     return path
 
 
+def _refuse_overlap(target, name, inputs):
+    """An output directory must neither be an input directory, nor lie inside one, nor
+    hold one: ``--overwrite`` would delete input data, and a later run would read its
+    own output as input."""
+    t = os.path.realpath(target)
+    for in_name, (_, path, _) in inputs.items():
+        p = os.path.realpath(path)
+        if t == p or t.startswith(p + os.sep) or p.startswith(t + os.sep):
+            raise UsageError(f"{target}: output {name!r} would overlap input "
+                             f"{in_name!r} ({path}); choose an --output outside the "
+                             f"input directories")
+
+
 def _reader(path, columns, args, enc):
     from ddnumba.io.parquet import read_changes
     return read_changes(path, columns, time_dims=args.time_dims, encoder=enc,
@@ -273,6 +286,7 @@ def _run(args):
     targets = {}
     for name in captures:
         target = os.path.join(args.output, name)
+        _refuse_overlap(target, name, inputs)
         if os.path.exists(target) and os.listdir(target):
             if not args.overwrite:
                 raise UsageError(f"{target}: output directory exists and is not empty "

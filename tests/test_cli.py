@@ -334,6 +334,46 @@ def test_errors_exit_2_with_one_line(tmp_path, capsys):
     assert code == 2 and "--batch must be >= 1" in one_line(err)
 
 
+def test_output_overlapping_an_input_is_refused_before_anything_is_deleted(tmp_path,
+                                                                          capsys):
+    # An output that is an input directory, lies in one or holds one: refused, with
+    # --overwrite too, and the input is left as it was.
+    inp = tmp_path / "in"
+    write(str(inp / "input" / "part-0.parquet"), k=[1, 2], time=[0, 1])
+    q = tmp_path / "q.py"
+    q.write_text("def build(df):\n"
+                 "    i, c = df.new_input(['k'])\n"
+                 "    return {'input': i}, {'input': c.distinct()}\n")
+    cases = [([q], inp),                          # output 'input' is in/input itself
+             (["count"], inp / "input"),          # in/input/count: inside the input
+             (["count"], tmp_path)]               # (tmp_path/count holds no input)
+    for query, out in cases[:2]:
+        for extra in ([], ["--overwrite"]):
+            code, _, err = run_cli(["run", *query, "--input", inp, "--output", out,
+                                    "--no-progress", *extra], capsys)
+            assert code == 2 and "would overlap input 'input'" in one_line(err)
+            assert os.listdir(inp) == ["input"]
+            assert os.listdir(inp / "input") == ["part-0.parquet"]
+    # an output next to the inputs (not overlapping) is fine; and an --output that
+    # holds the input directories is refused
+    code, _, err = run_cli(["run", "count", "--input", inp, "--output", tmp_path,
+                            "--no-progress"], capsys)
+    assert code == 0, err
+    code, _, err = run_cli(["run", "count", "--input", inp / "input" / "..", "--output",
+                            tmp_path / "in2", "--no-progress"], capsys)
+    assert code == 0, err
+    q2 = tmp_path / "q2.py"
+    q2.write_text("def build(df):\n"
+                  "    i, c = df.new_input(['k'])\n"
+                  "    return {'a/input': i}, {'a': c.distinct()}\n")
+    os.makedirs(tmp_path / "root" / "a")
+    write(str(tmp_path / "root" / "a" / "input" / "part-0.parquet"), k=[1], time=[0])
+    code, _, err = run_cli(["run", q2, "--input", tmp_path / "root", "--output",
+                            tmp_path / "root", "--overwrite", "--no-progress"], capsys)
+    assert code == 2 and "would overlap input 'a/input'" in one_line(err)
+    assert os.listdir(tmp_path / "root" / "a" / "input") == ["part-0.parquet"]
+
+
 def test_null_input_names_file_and_column(tmp_path, capsys):
     inp = tmp_path / "in"
     write(str(inp / "input" / "part-0.parquet"), w=pa.array(["a", None]), time=[0, 0])
