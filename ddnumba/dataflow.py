@@ -407,6 +407,11 @@ class InputHandle:
             raise ValueError(f"{self._label}: negative time "
                              f"{_fmt_time(times[np.argmin(times.min(axis=1))])}; times "
                              f"are non-negative")
+        if times.size and times.max() == _I64_MAX:
+            bad = times[np.argmax(times.max(axis=1))]
+            raise ValueError(f"{self._label}: time {_fmt_time(bad)} has a coordinate "
+                             f"2**63 - 1, which stands for 'never' (the end of time); "
+                             f"times must be below it")
         if self.dims == 1 and lo >= self.frontier[0, 0]:
             return    # a total order: every time is >= the frontier's single element
         ok = _lattice.in_future(times, self.frontier)

@@ -301,6 +301,29 @@ def test_negative_time():
     assert_mentions(e, *NAMES, "-4")
 
 
+@pytest.mark.parametrize("engine", ["python", "native"])
+def test_time_at_the_end_of_time_is_refused(engine):
+    # 2**63 - 1 stands for "never" in frontiers: an update there is refused by both
+    # engines (the native one used to drop it), in either coordinate; one below is kept.
+    top = 2**63 - 1
+    for dims, bad in [(1, top), (2, [3, top]), (2, [top, 0])]:
+        df, inp, c = make(time_dims=dims)
+        with pytest.raises(ValueError) as e:
+            inp.update([1, 2], [2, 3], time=np.array([[0] * dims, bad]).reshape(2, dims)
+                       if dims > 1 else np.array([0, bad]))
+        assert_mentions(e, *NAMES, str(top), "end of time")
+    df = dd.Dataflow(engine=engine)
+    inp, c = df.new_input(NAMES)
+    out = c.capture()
+    inp.insert([1], [2], time=0)
+    inp.insert([3], [4], time=top - 1)
+    inp.close()
+    df.run()
+    assert sorted(out.updates().to_pylist(), key=lambda r: r["time"]) == [
+        {"src_node": 1, "dst_node": 2, "time": 0, "diff": 1},
+        {"src_node": 3, "dst_node": 4, "time": top - 1, "diff": 1}]
+
+
 def test_time_not_beyond_frontier_2d():
     df, inp, c = make(time_dims=2)
     inp.advance_to((5, 3))
