@@ -246,6 +246,30 @@ def _check_same_kind(enc, checks, inputs):
                              f"{inputs[b_in][1]}")
 
 
+def _compared_int_types(enc, checks):
+    """Integer columns a query compares carry one another's values into its outputs
+    (reachability's nodes come from the roots and the edges): each such column's type
+    for decoding is the common integer type of all the columns it is compared with."""
+    from ddnumba.io.encoding import common_int_type, kind_of
+    groups = {}
+    for _, a, _, b in checks:
+        ta, tb = enc.types.get(a), enc.types.get(b)
+        ints = ("int", "uint64")
+        if ta is None or tb is None or kind_of(ta) not in ints or kind_of(tb) not in ints:
+            continue
+        ga, gb = groups.get(a, {a}), groups.get(b, {b})
+        g = ga | gb
+        for c in g:
+            groups[c] = g
+    wide = {}
+    for c, g in groups.items():
+        t = None
+        for x in sorted(g):
+            t = enc.types[x] if t is None else common_int_type(t, enc.types[x])
+        wide[c] = t
+    return wide
+
+
 def _run(args):
     import ddnumba as dd
     from ddnumba.io.encoding import encoder_for
@@ -300,11 +324,12 @@ def _run(args):
         # dataset. (Compared columns are checked first: nothing is written for a
         # query whose inputs cannot be compared.)
         _check_same_kind(enc, checks, inputs)
+        wide = _compared_int_types(enc, checks)
         for name, cap in captures.items():
             out_types = dict(types.get(name, {}))
             for out_col, in_col in renamed.items():
                 if in_col in enc.types and out_col not in out_types:
-                    out_types[out_col] = enc.types[in_col]
+                    out_types[out_col] = wide.get(in_col, enc.types[in_col])
             path = write_changes(cap, targets[name], new=True, encoder=enc,
                                  types=out_types)
             if path is not None:

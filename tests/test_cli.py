@@ -374,6 +374,37 @@ def test_output_overlapping_an_input_is_refused_before_anything_is_deleted(tmp_p
     assert os.listdir(tmp_path / "root" / "a" / "input") == ["part-0.parquet"]
 
 
+def test_integer_types_that_differ_decode_every_value(tmp_path, capsys):
+    # A key that is int8 in the first file and int64 in the next, and reachability with
+    # int32 roots over int64 edges whose ids need 41 bits: every output value decodes
+    # (the output type widens), none is refused at write time.
+    inp = tmp_path / "in"
+    write(str(inp / "input" / "part-0.parquet"), k=pa.array([1, 2], pa.int8()), time=[0, 0])
+    write(str(inp / "input" / "part-1.parquet"), k=pa.array([1000, 1], pa.int64()),
+          time=[1, 1])
+    code, out, err = run_cli(["run", "count", "--input", inp, "--output", tmp_path / "o1",
+                              "--no-progress"], capsys)
+    assert code == 0, err
+    parts = sorted(os.listdir(tmp_path / "o1" / "count"))
+    tbl = pa.concat_tables([pq.read_table(tmp_path / "o1" / "count" / f).cast(
+        pa.schema([("k", pa.int64()), ("count", pa.int64()), ("time", pa.int64()),
+                   ("diff", pa.int64())])) for f in parts])
+    assert accumulate(tbl, ["k", "count"], 1) == {(1, 2): 1, (2, 1): 1, (1000, 1): 1}
+    big = 1 << 40
+    g = tmp_path / "g"
+    write(str(g / "roots" / "part-0.parquet"), node=pa.array([1], pa.int32()), time=[0])
+    write(str(g / "edges" / "part-0.parquet"), src=pa.array([1, big, 2], pa.int64()),
+          dst=pa.array([big, 2, big + 1], pa.int64()), time=[0, 0, 1])
+    code, out, err = run_cli(["run", "reachability", "--input", g, "--output",
+                              tmp_path / "o2", "--no-progress"], capsys)
+    assert code == 0, err
+    tbl = pq.read_table(tmp_path / "o2" / "reachability")
+    assert tbl.schema.field("node").type == pa.int64()
+    assert accumulate(tbl, ["root", "node"], 0) == {(1, 1): 1, (1, big): 1, (1, 2): 1}
+    assert accumulate(tbl, ["root", "node"], 1) == {(1, 1): 1, (1, big): 1, (1, 2): 1,
+                                                    (1, big + 1): 1}
+
+
 def test_null_input_names_file_and_column(tmp_path, capsys):
     inp = tmp_path / "in"
     write(str(inp / "input" / "part-0.parquet"), w=pa.array(["a", None]), time=[0, 0])

@@ -307,6 +307,66 @@ def test_wrong_types_name_file_and_column(tmp_path):
         read_changes(p, ["a"])
 
 
+def test_temporal_columns_in_another_unit_are_converted_or_refused():
+    # The same instants as timestamp[ms], then [us], then [s]: one code each (the
+    # first type's), decoding to it; a value the first unit cannot hold, another time
+    # zone or another kind of temporal type is refused, naming the column.
+    enc = Encoder()
+    ms = enc.encode(pa.array([1000, 2000], pa.timestamp("ms")), name="ts")
+    us = enc.encode(pa.array([1_000_000, 2_000_000], pa.timestamp("us")), name="ts")
+    sec = enc.encode(pa.array([1, 2], pa.timestamp("s")), name="ts")
+    assert ms.tolist() == us.tolist() == sec.tolist() == [1000, 2000]
+    assert enc.types["ts"] == pa.timestamp("ms")
+    assert enc.decode(us, enc.types["ts"]).equals(pa.array([1000, 2000], pa.timestamp("ms")))
+    with pytest.raises(UnsupportedTypeError, match=r"f1: column 'ts'.*timestamp\[us\]"
+                                                   r".*timestamp\[ms\].*changing values"):
+        enc.encode(pa.array([1_000_001], pa.timestamp("us")), name="ts", source="f1")
+    with pytest.raises(UnsupportedTypeError, match="time zone"):
+        enc.encode(pa.array([1000], pa.timestamp("ms", tz="UTC")), name="ts")
+    with pytest.raises(UnsupportedTypeError, match="changing values"):
+        enc.encode(pa.array([1000], pa.duration("ms")), name="ts")
+    # a date column, then timestamps: midnight converts, another hour does not
+    day = enc.encode(pa.array([dt.date(2024, 1, 1)]), name="d")
+    mid = enc.encode(pa.array([dt.datetime(2024, 1, 1)], pa.timestamp("us")), name="d")
+    assert day.tolist() == mid.tolist()
+    with pytest.raises(UnsupportedTypeError, match="column 'd'"):
+        enc.encode(pa.array([dt.datetime(2024, 1, 1, 5)], pa.timestamp("us")), name="d")
+    # dictionary-encoded temporal values convert too
+    d = pa.array([2_000_000, 1_000_000], pa.timestamp("us")).dictionary_encode()
+    assert enc.encode(d, name="ts").tolist() == [2000, 1000]
+
+
+def test_integer_columns_widen_between_files():
+    # An integer column keeps its codes whatever its width; the type outputs decode
+    # to widens to hold every type seen.
+    from ddnumba.io.encoding import common_int_type
+    cases = [(pa.int8(), pa.int64(), pa.int64()), (pa.int32(), pa.int16(), pa.int32()),
+             (pa.uint32(), pa.int8(), pa.int64()), (pa.uint8(), pa.int16(), pa.int16()),
+             (pa.uint16(), pa.int8(), pa.int32()), (pa.uint64(), pa.int32(), pa.int64()),
+             (pa.uint8(), pa.uint32(), pa.uint32()), (pa.int64(), pa.int64(), pa.int64())]
+    for a, b, want in cases:
+        assert common_int_type(a, b) == want and common_int_type(b, a) == want, (a, b)
+        enc = Encoder()
+        enc.encode(pa.array([1], a), name="k")
+        codes = enc.encode(pa.array([-5 if pa.types.is_signed_integer(b) else 200], b),
+                           name="k")
+        assert enc.types["k"] == want
+        assert enc.decode(codes, enc.types["k"]).to_pylist() == codes.tolist()
+
+
+def test_reader_converts_units_across_files_and_names_the_file(tmp_path):
+    d = tmp_path / "ts"
+    write(str(d / "part-0.parquet"), ts=pa.array([1000], pa.timestamp("ms")), time=[0])
+    write(str(d / "part-1.parquet"), ts=pa.array([1_000_000], pa.timestamp("us")),
+          time=[1])
+    rows, times, _, _ = read_all(read_changes(str(d), ["ts"]))
+    assert rows == [(1000,), (1000,)] and times == [(0,), (1,)]
+    write(str(d / "part-2.parquet"), ts=pa.array([1_000_500], pa.timestamp("us")),
+          time=[2])
+    with pytest.raises(ChangeTypeError, match=r"part-2\.parquet: column 'ts'"):
+        read_all(read_changes(str(d), ["ts"]))
+
+
 def test_nulls_name_file_and_column(tmp_path):
     p = write(str(tmp_path / "n.parquet"), a=pa.array(["x", None]), time=[0, 0])
     with pytest.raises(NullError, match=r"n\.parquet: column 'a': 1 null"):

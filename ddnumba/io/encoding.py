@@ -12,7 +12,9 @@ Arrow type                         code
 signed / unsigned integers         the value (uint64 above ``2**63 - 1`` is an error)
 bool                               0 / 1
 date32 / date64                    days / milliseconds since the epoch
-timestamp, duration, time32/64     the stored count of the type's unit
+timestamp, duration, time32/64     the stored count of the unit of the type first
+                                   seen under the column's name (later batches in
+                                   another unit are converted, exactly or not at all)
 float64 / float32                  an *order-preserving* bit transform of the float64
                                    value: codes sort like the floats (``-inf < ... < -0.0
                                    = 0.0 < ... < inf < nan``); ``-0.0`` is stored as
@@ -48,6 +50,7 @@ __all__ = [
     "Interner",
     "NullValueError",
     "UnsupportedTypeError",
+    "common_int_type",
     "encoder_for",
     "float_to_code",
     "code_to_float",
@@ -125,6 +128,21 @@ def _family(kind):
     # Integers of any width decode to one another's values, so a column that is int32 in
     # one file and int64 in the next is consistent; uint64 and int are one family too.
     return "int" if kind == "uint64" else kind
+
+
+_SIGNED = {8: pa.int8(), 16: pa.int16(), 32: pa.int32(), 64: pa.int64()}
+
+
+def common_int_type(a: pa.DataType, b: pa.DataType) -> pa.DataType:
+    """The narrowest integer type that holds every value of integer types ``a`` and
+    ``b`` (int64 when that would take more than 64 bits: the codes are int64 anyway)."""
+    if a == b:
+        return a
+    sa, sb = pa.types.is_signed_integer(a), pa.types.is_signed_integer(b)
+    if sa == sb:
+        return a if a.bit_width >= b.bit_width else b
+    u, i = (b, a) if sa else (a, b)
+    return _SIGNED[min(64, max(2 * u.bit_width, i.bit_width))]
 
 
 # --------------------------------------------------------------------------- interner
@@ -254,7 +272,10 @@ class Encoder:
         """Record that column ``name`` holds Arrow type ``typ``.
 
         A name seen before must keep its encoding family (an integer column may change
-        width between files, not become a string); the first type seen wins.
+        width between files, not become a string). An integer column's type widens to
+        hold both (:func:`common_int_type`: int32 then int64 decodes as int64, uint32
+        then int8 as int64), so that outputs decode every value; otherwise the first
+        type seen wins (a later temporal column is converted to it by :meth:`conform`).
         """
         typ = typ.value_type if pa.types.is_dictionary(typ) else typ
         old = self.types.get(name)
@@ -262,12 +283,51 @@ class Encoder:
             kind_of(typ)
             self.types[name] = typ
             return
-        if old != typ and _family(kind_of(old)) != _family(kind_of(typ)):
+        if old == typ:
+            return
+        ko, kt = kind_of(old), kind_of(typ)
+        if _family(ko) != _family(kt):
             # ``source`` may already name the column (a file column mapped to ``name``).
             where = source if source and "column" in source else _where(name, source)
             raise UnsupportedTypeError(
                 f"{where}: type {typ} does not match type {old} seen "
                 f"earlier for this column (codes of different types are not comparable)")
+        if _family(ko) == "int":
+            self.types[name] = common_int_type(old, typ)
+
+    def conform(self, name, values, *, source=None) -> pa.Array:
+        """Register column ``name``'s type (:meth:`register`) and return ``values`` as
+        an array whose codes mean what the codes of the type first seen under ``name``
+        mean: a temporal column in another unit or type (``timestamp[us]`` after
+        ``timestamp[ms]``, a timestamp after a date) is cast to that type, and refused
+        (``UnsupportedTypeError`` naming the column) when a value would change, as
+        ``timestamp[us]`` 1001 would in milliseconds, or when the time zones differ.
+        Other types are returned as they are (their codes do not depend on width)."""
+        arr = _as_array(values)
+        self.register(name, arr.type, source=source)
+        old = self.types[name]
+        typ = arr.type.value_type if pa.types.is_dictionary(arr.type) else arr.type
+        if typ == old or kind_of(old) != "temporal":
+            return arr
+        where = source if source and "column" in source else _where(name, source)
+        tz = (getattr(typ, "tz", None), getattr(old, "tz", None))
+        if pa.types.is_timestamp(typ) and pa.types.is_timestamp(old) and tz[0] != tz[1]:
+            raise UnsupportedTypeError(
+                f"{where}: type {typ} has another time zone than type {old} seen "
+                f"earlier for this column")
+        if pa.types.is_dictionary(arr.type):
+            arr = arr.dictionary_decode()
+        try:
+            conv = arr.cast(old)
+            same = conv.cast(typ).equals(arr)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            same = False
+        if not same:
+            raise UnsupportedTypeError(
+                f"{where}: type {typ} cannot be converted to type {old} seen earlier "
+                f"for this column without changing values (codes of different units "
+                f"are not comparable)")
+        return conv
 
     # -- encode / decode -----------------------------------------------------------
     def encode(self, values, *, name=None, source=None) -> np.ndarray:
@@ -310,7 +370,8 @@ class Encoder:
         except UnsupportedTypeError as e:
             raise UnsupportedTypeError(f"{what}: {e}") from None
         if name is not None:
-            self.register(name, arr.type, source=source)
+            arr = self.conform(name, arr, source=source)
+            kind = kind_of(arr.type)
         if pa.types.is_dictionary(arr.type) and kind not in ("string", "binary"):
             arr = arr.dictionary_decode()
         if kind in ("int", "uint64", "temporal"):

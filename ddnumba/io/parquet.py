@@ -448,7 +448,7 @@ class ChangeReader:
             try:
                 # Types are recorded under the input's name: outputs derive their column
                 # names from it, and decode by it.
-                self.encoder.register(name, arr.type, source=where)
+                arr = self.encoder.conform(name, arr, source=where)
                 cols.append(self.encoder.encode(arr, source=where))
             except NullValueError as e:
                 raise NullError(str(e), path=path, column=c) from None
