@@ -153,8 +153,8 @@ def _with_key_first(cols, key, path):
 
 def _builtin(query, df, args, enc):
     """The inputs ``{name: (handle, path, columns)}``, outputs ``{name: collection}``,
-    output columns named after another input column ``{output column: input column}``
-    (to decode them) and column pairs the query compares (to check their types)."""
+    output columns that carry an input column's values ``{output column: input
+    column}`` (to decode them) and column pairs the query compares (to check their types)."""
     from ddnumba import algorithms as alg
     root = args.input
     if query == "reachability":
@@ -188,7 +188,9 @@ def _builtin(query, df, args, enc):
         key = cols[0]
         out = {"count": coll.count(name="count" if key != "count" else "count_")}
         inputs = {"input": (iin, ip, cols)}
-        node_cols = {}
+        # (named: an input column called "count" is decoded too, where output
+        # columns of that name otherwise stay int64 counts)
+        node_cols = {key: key}
     else:  # join
         lp, rp = _input_dir(root, "left"), _input_dir(root, "right")
         lcols = _with_key_first(_schema_columns(lp, args, enc), args.key, lp)
@@ -199,9 +201,10 @@ def _builtin(query, df, args, enc):
         out = {"join": joined}
         inputs = {"left": (lin, lp, lcols), "right": (rin, rp, rcols)}
         # The join output renames clashing right-hand columns with a _right suffix.
-        node_cols = {}
+        # Every output column is named for the input column it comes from.
+        node_cols = {c: c for c in lcols}
         right_names = joined.names[len(lcols):]
-        node_cols.update({n: c for n, c in zip(right_names, rcols[1:]) if n != c})
+        node_cols.update(dict(zip(right_names, rcols[1:])))
         return inputs, out, node_cols, [("left", lcols[0], "right", rcols[0])]
     checks = []
     if query == "reachability":
@@ -286,14 +289,14 @@ def _run(args):
     enc = encoder_for(df)
     types = {}
     if args.query in BUILTIN_QUERIES:
-        inputs, outputs, renamed, checks = _builtin(args.query, df, args, enc)
+        inputs, outputs, from_input, checks = _builtin(args.query, df, args, enc)
     else:
         handles, collections, user_types = _user_query(args.query, df)
         inputs = {}
         for name, h in handles.items():
             inputs[name] = (h, _input_dir(args.input, name), list(h.names))
         outputs = collections
-        renamed, checks = {}, []
+        from_input, checks = {}, []
         types = {k: dict(v) for k, v in user_types.items()}
     captures = {}
     for name, coll in outputs.items():
@@ -327,7 +330,7 @@ def _run(args):
         wide = _compared_int_types(enc, checks)
         for name, cap in captures.items():
             out_types = dict(types.get(name, {}))
-            for out_col, in_col in renamed.items():
+            for out_col, in_col in from_input.items():
                 if in_col in enc.types and out_col not in out_types:
                     out_types[out_col] = wide.get(in_col, enc.types[in_col])
             path = write_changes(cap, targets[name], new=True, encoder=enc,

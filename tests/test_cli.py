@@ -405,6 +405,26 @@ def test_integer_types_that_differ_decode_every_value(tmp_path, capsys):
                                                     (1, big + 1): 1}
 
 
+def test_input_columns_named_count_are_decoded(tmp_path, capsys):
+    # A string column called "count": as count's key (the count is then "count_") and
+    # as a join column, it comes back as the strings, not as their int64 codes.
+    inp = tmp_path / "in"
+    write(str(inp / "input" / "part-0.parquet"), count=["x", "y", "x"], time=[0, 0, 1])
+    write(str(inp / "left" / "part-0.parquet"), k=[1, 2], count=["x", "y"], time=[0, 0])
+    write(str(inp / "right" / "part-0.parquet"), k=[1, 2], b=["p", "q"], time=[0, 1])
+    code, out, err = run_cli(["run", "count", "--input", inp, "--output", tmp_path / "o",
+                              "--no-progress"], capsys)
+    assert code == 0, err
+    tbl = pq.read_table(tmp_path / "o" / "count")
+    assert tbl.schema.field("count").type == pa.string()
+    assert accumulate(tbl, ["count", "count_"], 1) == {("x", 2): 1, ("y", 1): 1}
+    code, out, err = run_cli(["run", "join", "--input", inp, "--output", tmp_path / "o",
+                              "--no-progress"], capsys)
+    assert code == 0, err
+    tbl = pq.read_table(tmp_path / "o" / "join")
+    assert accumulate(tbl, ["k", "count", "b"], 1) == {(1, "x", "p"): 1, (2, "y", "q"): 1}
+
+
 def test_null_input_names_file_and_column(tmp_path, capsys):
     inp = tmp_path / "in"
     write(str(inp / "input" / "part-0.parquet"), w=pa.array(["a", None]), time=[0, 0])
