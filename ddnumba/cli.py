@@ -374,6 +374,7 @@ def _demo(args):
 def main(argv=None) -> int:
     """Entry point of the ``ddnumba`` console script; returns the exit status."""
     from ddnumba.io.parquet import ChangeFileError
+    from ddnumba.workers import WorkerError
     try:
         args = _parser().parse_args(argv)
         if args.command is None:
@@ -390,6 +391,12 @@ def main(argv=None) -> int:
     except (ValueError, TypeError, OverflowError) as e:
         # Input the engine rejected (times before the frontier, mismatched columns...).
         _error(f"{type(e).__name__}: {e}")
+        return 2
+    except WorkerError as e:
+        # The same, found by a worker process (--workers): one line too.
+        if e.kind not in ("ValueError", "TypeError", "OverflowError"):
+            raise
+        _error(f"{e.kind}: {e.text}")
         return 2
 
 

@@ -60,7 +60,14 @@ def rank() -> int:
 
 
 class WorkerError(RuntimeError):
-    """A worker process raised or died; the message names it and carries its error."""
+    """A worker process raised or died; the message names it and carries its error
+    (with the worker's traceback). ``kind`` and ``text``: the class name and message
+    of the exception the worker raised (``None`` when it died)."""
+
+    def __init__(self, message, kind=None, text=None):
+        super().__init__(message)
+        self.kind = kind
+        self.text = text
 
 
 class _PeerLost(Exception):
@@ -478,7 +485,7 @@ def fail(cl, exc):
     _stop(cl)
     primary = [m for m in errors if m[2] != "WorkerLost"]
     if primary:
-        return WorkerError(_describe(primary[0]))
+        return WorkerError(_describe(primary[0]), primary[0][2], primary[0][3])
     died = [r for r, c in codes.items() if c is not None and c < 0]
     if died:
         r = died[0]
@@ -488,7 +495,7 @@ def fail(cl, exc):
             sig = str(-codes[r])
         return WorkerError(f"worker {r} died (killed by {sig}) during run()")
     if errors:
-        return WorkerError(_describe(errors[0]))
+        return WorkerError(_describe(errors[0]), errors[0][2], errors[0][3])
     peer = exc.peer if isinstance(exc, _PeerLost) else "?"
     return WorkerError(f"worker {peer} exited unexpectedly during run() (exit code "
                        f"{codes.get(peer)})")

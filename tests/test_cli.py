@@ -425,6 +425,19 @@ def test_input_columns_named_count_are_decoded(tmp_path, capsys):
     assert accumulate(tbl, ["k", "count", "b"], 1) == {(1, "x", "p"): 1, (2, "y", "q"): 1}
 
 
+def test_error_in_a_worker_is_one_line_exit_2(tmp_path, capsys):
+    # diffs that overflow when a worker sums them: the same one-line error and exit
+    # status as with one worker, not the worker's traceback.
+    inp = tmp_path / "in"
+    write(str(inp / "input" / "part-0.parquet"), k=[1, 1, 2, 3], time=[0, 0, 0, 0],
+          diff=[2**62, 2**62, 1, 1])
+    for workers in (1, 2):
+        code, _, err = run_cli(["run", "count", "--input", inp, "--output",
+                                tmp_path / f"o{workers}", "--no-progress", "--workers",
+                                workers], capsys)
+        assert code == 2 and "OverflowError" in one_line(err), err
+
+
 def test_null_input_names_file_and_column(tmp_path, capsys):
     inp = tmp_path / "in"
     write(str(inp / "input" / "part-0.parquet"), w=pa.array(["a", None]), time=[0, 0])
