@@ -195,16 +195,19 @@ def _builtin(query, df, args, enc):
         lp, rp = _input_dir(root, "left"), _input_dir(root, "right")
         lcols = _with_key_first(_schema_columns(lp, args, enc), args.key, lp)
         rcols = _with_key_first(_schema_columns(rp, args, enc), args.key, rp)
+        # The right input's value columns are named as the join output names them
+        # (a _right suffix where a left column has the name), so that their types
+        # are recorded apart from the left's: left v: string and right v: double are
+        # two columns, v and v_right.
+        from ddnumba.collection import _dedupe
+        rnames = [rcols[0]] + _dedupe(lcols + rcols[1:])[len(lcols):]
         lin, left = df.new_input(lcols)
-        rin, right = df.new_input(rcols)
+        rin, right = df.new_input(rnames)
         joined = left.join(right)
         out = {"join": joined}
-        inputs = {"left": (lin, lp, lcols), "right": (rin, rp, rcols)}
-        # The join output renames clashing right-hand columns with a _right suffix.
+        inputs = {"left": (lin, lp, lcols), "right": (rin, rp, dict(zip(rnames, rcols)))}
         # Every output column is named for the input column it comes from.
-        node_cols = {c: c for c in lcols}
-        right_names = joined.names[len(lcols):]
-        node_cols.update(dict(zip(right_names, rcols[1:])))
+        node_cols = {c: c for c in joined.names}
         return inputs, out, node_cols, [("left", lcols[0], "right", rcols[0])]
     checks = []
     if query == "reachability":

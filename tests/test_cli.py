@@ -438,6 +438,29 @@ def test_error_in_a_worker_is_one_line_exit_2(tmp_path, capsys):
         assert code == 2 and "OverflowError" in one_line(err), err
 
 
+def test_join_value_columns_of_one_name_and_two_types(tmp_path, capsys):
+    # Left v: string, right v: double are two columns (v, v_right), each decoded to
+    # its own type; the keys are still compared (an int key against a string key is
+    # refused).
+    inp = tmp_path / "in"
+    write(str(inp / "left" / "part-0.parquet"), k=[1, 2], v=["a", "b"], time=[0, 1])
+    write(str(inp / "right" / "part-0.parquet"), k=[1, 2, 2], v=[1.5, 2.5, -0.5],
+          time=[0, 0, 1])
+    code, out, err = run_cli(["run", "join", "--input", inp, "--output", tmp_path / "o",
+                              "--no-progress"], capsys)
+    assert code == 0, err
+    tbl = pq.read_table(tmp_path / "o" / "join")
+    assert tbl.schema.field("v").type == pa.string()
+    assert tbl.schema.field("v_right").type == pa.float64()
+    assert accumulate(tbl, ["k", "v", "v_right"], 0) == {(1, "a", 1.5): 1}
+    assert accumulate(tbl, ["k", "v", "v_right"], 1) == {
+        (1, "a", 1.5): 1, (2, "b", 2.5): 1, (2, "b", -0.5): 1}
+    write(str(inp / "right" / "part-0.parquet"), k=["x"], v=[1.0], time=[0])
+    code, _, err = run_cli(["run", "join", "--input", inp, "--output", tmp_path / "o2",
+                            "--no-progress"], capsys)
+    assert code == 2 and "column 'k'" in one_line(err)
+
+
 def test_null_input_names_file_and_column(tmp_path, capsys):
     inp = tmp_path / "in"
     write(str(inp / "input" / "part-0.parquet"), w=pa.array(["a", None]), time=[0, 0])
