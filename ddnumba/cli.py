@@ -9,8 +9,9 @@
     subdirectories of ``--input``, runs a query incrementally and writes each output's
     changes to ``--output/NAME/``, decoded to the input types: after every run (a round
     of input batches) what the output gained becomes the next ``part-NNNNN.parquet``,
-    and the output forgets its history up to the last complete time (one time
-    coordinate), so memory follows the outputs' size, not the input's length. QUERY
+    and the output forgets its history up to the last complete time (with several
+    time coordinates, up to the output frontier stepped back by one in each), so
+    memory follows the outputs' size, not the input's length. QUERY
     is a built-in or a Python file:
 
     ===================== =================== ========================================
@@ -32,13 +33,15 @@
     input column.
 
 Exit status: 0 on success, 1 when the demo's check finds a mismatch, 2 for bad usage or
-bad input (one line on stderr: ``ddnumba: error: ...``).
+bad input (one line on stderr: ``ddnumba: error: ...``, then a ``ddnumba: note: ...``
+line per output left incomplete by an error part-way), 130 when interrupted.
 """
 from __future__ import annotations
 
 import argparse
 import importlib.util
 import os
+import re
 import shutil
 import sys
 
@@ -86,7 +89,7 @@ def _parser():
         epilog="inputs under --input, outputs under --output:\n"
         "  reachability          roots/, edges/  -> reachability/ (root, node)\n"
         "  connected-components  edges/          -> connected_components/ (node, label)\n"
-        "  count                 input/          -> count/ (key, count)\n"
+        "  count                 input/          -> count/ (<key column>, count)\n"
         "  join                  left/, right/   -> join/ (key, left..., right...)\n"
         "  FILE.py               build(df) -> (inputs, outputs): one directory per "
         "name\n\nexit status: 0 ok, 2 bad usage or bad input")
@@ -288,6 +291,9 @@ def _run(args):
         raise UsageError(f"{args.input}: --input is not a directory")
     if args.workers is not None and args.workers < 1:
         raise UsageError(f"--workers must be >= 1, got {args.workers}")
+    if args.key is not None and args.query not in ("count", "join"):
+        raise UsageError(f"--key applies to the count and join queries only, not to "
+                         f"{args.query}")
     df = dd.Dataflow(time_dims=args.time_dims, workers=args.workers)
     enc = encoder_for(df)
     types = {}
@@ -342,13 +348,24 @@ def _run(args):
                 written[name][0] += pq.read_metadata(path).num_rows
                 written[name][1] += 1
 
-    fed = feed_all([(h, p, cols) for h, p, cols in inputs.values()],
-                   progress=not args.no_progress, encoder=enc, order=args.order,
-                   on_run=write_new)
-    write_new()
+    try:
+        fed = feed_all([(h, p, cols) for h, p, cols in inputs.values()],
+                       progress=not args.no_progress, encoder=enc, order=args.order,
+                       on_run=write_new)
+        write_new()
+    except BaseException:
+        for name in captures:
+            if written[name][1]:
+                _NOTES.append(f"{targets[name]} is incomplete: {written[name][1]} part "
+                              f"file(s) were written before the error (rerun with "
+                              f"--overwrite)")
+        raise
     for name in captures:
         n, k = written[name]
-        print(f"{name}: {n:,} updates in {k} part file(s) -> {targets[name]}")
+        if k:
+            print(f"{name}: {n:,} updates in {k} part file(s) -> {targets[name]}")
+        else:
+            print(f"{name}: no updates, nothing written ({targets[name]})")
     print(f"read {fed:,} input updates from {len(inputs)} input(s)")
     df.close()
     return 0
@@ -395,6 +412,12 @@ def main(argv=None) -> int:
         # Input the engine rejected (times before the frontier, mismatched columns...).
         _error(f"{type(e).__name__}: {e}")
         return 2
+    except KeyboardInterrupt:
+        sys.stderr.write("ddnumba: interrupted\n")
+        for note in _NOTES:
+            sys.stderr.write(f"ddnumba: note: {note}\n")
+        _NOTES.clear()
+        return 130
     except WorkerError as e:
         # The same, found by a worker process (--workers): one line too.
         if e.kind not in ("ValueError", "TypeError", "OverflowError"):
@@ -405,8 +428,18 @@ def main(argv=None) -> int:
 
 def _error(message):
     line = " ".join(str(message).split())
+    # the library's messages name its keyword arguments; here they are flags
+    line = re.sub(r"\border='(\w+)'", r"--order \1", line)
+    line = re.sub(r"\btime_dims=(\d+)", r"--time-dims \1", line)
     sys.stderr.write(f"ddnumba: error: {line}\n")
+    for note in _NOTES:
+        sys.stderr.write(f"ddnumba: note: {note}\n")
+    _NOTES.clear()
     sys.stderr.flush()
+
+
+# Said after an error (``_error``): what the failed command left behind.
+_NOTES = []
 
 
 if __name__ == "__main__":  # pragma: no cover

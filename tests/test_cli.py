@@ -280,7 +280,8 @@ def test_run_user_query_file(tmp_path, capsys):
 def one_line(err):
     # (a first run that compiles the runtime announces it: not part of the error)
     lines = [ln for ln in err.splitlines() if ln.strip()
-             and not ln.startswith(("ddnumba: compiling", "ddnumba: ... done"))]
+             and not ln.startswith(("ddnumba: compiling", "ddnumba: ... done",
+                                    "ddnumba: note: "))]
     assert len(lines) == 1, err
     assert lines[0].startswith("ddnumba: error: ")
     return lines[0]
@@ -459,6 +460,57 @@ def test_join_value_columns_of_one_name_and_two_types(tmp_path, capsys):
     code, _, err = run_cli(["run", "join", "--input", inp, "--output", tmp_path / "o2",
                             "--no-progress"], capsys)
     assert code == 2 and "column 'k'" in one_line(err)
+
+
+def test_error_part_way_says_what_it_left_and_names_flags(tmp_path, capsys):
+    # A string key in the third file: the error, then a note that the output holds
+    # the part files written before it.
+    inp = tmp_path / "in"
+    for f in range(3):
+        write(str(inp / "input" / f"part-{f}.parquet"), k=[f] if f < 2 else ["x"],
+              time=[f])
+    code, _, err = run_cli(["run", "count", "--input", inp, "--output", tmp_path / "o",
+                            "--no-progress"], capsys)
+    assert code == 2 and "part-2.parquet: column 'k'" in one_line(err)
+    notes = [ln for ln in err.splitlines() if ln.startswith("ddnumba: note: ")]
+    assert len(notes) == 1 and "is incomplete: 2 part file(s)" in notes[0], err
+    assert len(os.listdir(tmp_path / "o" / "count")) == 2
+    # times going backwards (found before anything is written: no note), the error
+    # naming --order, the CLI flag
+    write(str(inp / "input" / "part-2.parquet"), k=[2], time=[0])
+    code, _, err = run_cli(["run", "count", "--input", inp, "--output", tmp_path / "o2",
+                            "--no-progress"], capsys)
+    line = one_line(err)
+    assert code == 2 and "times go backwards" in line and "ddnumba: note" not in err
+    assert "--order sort or --order any" in line and "order='" not in line
+    # time columns that do not fit --time-dims: the flag, and no contradiction
+    write(str(tmp_path / "t" / "input" / "part-0.parquet"), k=[1], time=[0], time_1=[0])
+    code, _, err = run_cli(["run", "count", "--input", tmp_path / "t", "--output",
+                            tmp_path / "o3", "--time-dims", 2, "--no-progress"], capsys)
+    line = one_line(err)
+    assert code == 2 and "--time-dims 2 the time columns are ['time_0', 'time_1']" in line
+    assert "pass" not in line
+    code, _, err = run_cli(["run", "count", "--input", tmp_path / "t", "--output",
+                            tmp_path / "o3", "--time-dims", 3, "--no-progress"], capsys)
+    assert code == 2 and "(pass --time-dims 2)" in one_line(err)
+
+
+def test_key_is_refused_where_unused_and_empty_output_said(tmp_path, capsys):
+    g = tmp_path / "g"
+    write(str(g / "roots" / "part-0.parquet"), node=[1], time=[0])
+    write(str(g / "edges" / "part-0.parquet"), src=[1], dst=[2], time=[0])
+    for q in ("reachability", "connected-components"):
+        code, _, err = run_cli(["run", q, "--input", g, "--output", tmp_path / "o",
+                                "--key", "src", "--no-progress"], capsys)
+        assert code == 2 and "--key applies to the count and join" in one_line(err)
+    # a stream whose changes cancel: no part file, and the summary says so
+    write(str(tmp_path / "z" / "input" / "part-0.parquet"), k=[1, 1], time=[0, 0],
+          diff=[1, -1])
+    code, out, err = run_cli(["run", "count", "--input", tmp_path / "z", "--output",
+                              tmp_path / "oz", "--no-progress"], capsys)
+    assert code == 0, err
+    assert "count: no updates, nothing written" in out
+    assert not os.path.exists(tmp_path / "oz" / "count")
 
 
 def test_null_input_names_file_and_column(tmp_path, capsys):

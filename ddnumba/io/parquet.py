@@ -229,9 +229,11 @@ def _resolve_times(path, names, time, dims):
     present = [c for c in names if c == "time" or re.fullmatch(r"time_\d+", c)]
     extra = sorted(set(present) - set(tcols))
     if time is None and extra:
+        hint = (f"pass time_dims={len(present)}" if len(present) != dims else
+                f"with time_dims={dims} the time columns are {tcols}")
         raise _fail(ChangeFileError, path, extra[0],
                     f"the file has time column(s) {present} but time_dims={dims} "
-                    f"(pass time_dims={len(present)})")
+                    f"({hint})")
     return tcols
 
 
