@@ -649,8 +649,18 @@ def write_changes(data, path, *, new=False, encoder=None, types=None, overwrite=
     try:
         # Spark cannot read nanosecond timestamps: store microseconds, and fail rather
         # than truncate a value that needs nanoseconds.
-        pq.write_table(table, tmp, row_group_size=row_group_size,
-                       coerce_timestamps="us", allow_truncated_timestamps=False)
+        try:
+            pq.write_table(table, tmp, row_group_size=row_group_size,
+                           coerce_timestamps="us", allow_truncated_timestamps=False)
+        except pa.ArrowInvalid as e:
+            ns = [f.name for f in table.schema
+                  if pa.types.is_timestamp(f.type) and f.type.unit == "ns"]
+            if not ns or "lose data" not in str(e):
+                raise
+            raise ValueError(
+                f"{final}: column(s) {ns}: a timestamp[ns] value needs nanoseconds, and "
+                f"outputs are written in microseconds (Spark's unit); round the "
+                f"column to microseconds before it is read ({e})") from None
         os.replace(tmp, final)
         if new:
             data._node.take_new()
