@@ -165,6 +165,10 @@ def connected_components(edges, nodes=None, *, max_iterations=None):
     Collection
         ``(node, label)``, count 1, for every endpoint of a present edge and every
         present node of ``nodes``; ``label`` is the smallest node id of its component.
+        Ids are compared as the int64 codes the engine holds: for integer ids their
+        values; for string ids read from Parquet, their dictionary codes, given in
+        order of first appearance (so the label is the first-seen node, not the
+        alphabetically first).
 
     Examples
     --------

@@ -19,7 +19,7 @@ as the upstream pipeline and the referee:
    by a breadth-first search (the final edge list is collected to the driver; the BFS is
    plain NumPy, independent of ddnumba), reads ddnumba's output back and compares.
 
-It prints the sizes chosen, match/mismatch, a summary (updates, updates/s, latency
+It prints the sizes chosen, match/mismatch, a summary (updates, changes/s, latency
 percentiles) and writes ``latency_cdf.png`` (latency CDF, as in the roadmap's figures)
 and ``summary.json`` beside the Parquet data in the output directory::
 
@@ -444,7 +444,7 @@ def run_demo(config: DemoConfig | None = None, *, echo=print, spark=None) -> Dem
                     f"{cfg.batch:,} per run, {run['runs']:,} runs"),
         ("load (time 0)", f"{run['load_s']:.2f} s"),
         ("stream", f"{run['stream_s']:.2f} s"),
-        ("updates/s", f"{ups:,.0f} changes/s"),
+        ("throughput", f"{ups:,.0f} changes/s"),
         ("latency p50", f"{pct['p50'] * 1e3:,.1f} ms per run"),
         ("latency p90", f"{pct['p90'] * 1e3:,.1f} ms per run"),
         ("latency p99", f"{pct['p99'] * 1e3:,.1f} ms per run"),

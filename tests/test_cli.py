@@ -552,7 +552,7 @@ def test_demo_small_matches_and_writes_outputs(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "result: match" in proc.stdout
     assert "reachability: match" in proc.stdout and "out_degree: match" in proc.stdout
-    for word in ("updates/s", "latency p50", "latency p99", "latency max"):
+    for word in ("throughput", "latency p50", "latency p99", "latency max"):
         assert word in proc.stdout
     png = out / "latency_cdf.png"
     assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
