@@ -821,6 +821,7 @@ class NativeEngine:
         self._input_queues = {i: self.st[0][qid] for i, qid in self.input_qid.items()}
         self._capture_lists = [self.st[6][i] for i in range(len(self.captures))]
         self._hooks = (self._batch_cb, self._logic_cb, self._warn_cb)
+        self._warned_loops = set()     # loops that warned (see _warn_cb)
         self.frontiers = np.zeros(len(df.inputs), _I64)
         self.passes = 0               # compiled passes run (a run may take several)
         self.n_nodes = N
@@ -880,9 +881,15 @@ class NativeEngine:
                 np.ascontiguousarray(counts, dtype=_I64))
 
     def _warn_cb(self, loop, k):
+        # Called at iteration 10,000 of a loop without a limit, then every 1,024
+        # iterations (kernels.hooks.loop_call_due): it warns the first time; every
+        # call lets a pending Ctrl-C raise KeyboardInterrupt out of the run.
+        if loop in self._warned_loops:
+            return
+        self._warned_loops.add(loop)
         warnings.warn(f"loop {self.loops[loop].child.name!r} is at iteration {k} and still "
                       f"changing; pass max_iterations= to stop a loop that does not "
-                      f"converge", RuntimeWarning, stacklevel=4)
+                      f"converge (Ctrl-C interrupts it)", RuntimeWarning, stacklevel=4)
 
     # ------------------------------------------------------------------ running
     # A run of a dataflow with loops whose new updates are many next to the state
@@ -942,7 +949,15 @@ class NativeEngine:
                     with _SlowNotice(COMPILE_NOTICE_S, COMPILE_NOTICE):
                         compile_runtime(sig)
                     self._run_fn = _entry(_rt.run)
-                status = self._run_fn(self.prog, self.st, fr)
+                try:
+                    status = self._run_fn(self.prog, self.st, fr)
+                except SystemError as e:
+                    # A Ctrl-C pending when compiled code calls back into Python
+                    # (the loops' check-ins, kernels.hooks.loop_call_due) can be
+                    # raised inside Numba's own objmode glue, which reports it so.
+                    if isinstance(e.__cause__, KeyboardInterrupt):
+                        raise KeyboardInterrupt() from None
+                    raise
                 if self._run_fn is _rt.run:
                     self._run_fn = _entry(_rt.run)
                 if status != _rt.OK:

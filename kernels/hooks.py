@@ -75,6 +75,34 @@ def _cb_warn(loop, k):
         _py_warn(loop, k)
 
 
+# A loop without an iteration limit calls the warning hook once it reaches WARN_AT
+# iterations (the hook warns, once per loop), then every CHECK_EVERY iterations more:
+# compiled code never lets Python handle a signal, and these calls are where a
+# Ctrl-C pending since gets raised (as KeyboardInterrupt, out of the run), so that a
+# loop that does not converge can be stopped. info[INFO_CHECKED] is the iteration
+# of the last call; info[3] has a bit per loop that has warned.
+WARN_AT = 10_000
+CHECK_EVERY = 1024
+INFO_CHECKED = 7
+
+
+@njit(cache=True, nogil=True, inline="always")
+def loop_call_due(info, loop, j):
+    """Whether loop ``loop`` at iteration ``j`` (no iteration limit) should call the
+    warning hook now (see WARN_AT); records the call in ``info``."""
+    if j < WARN_AT:
+        return False
+    bit = np.int64(1) << min(loop, 62)
+    if info[3] & bit == 0:
+        info[3] |= bit
+        info[INFO_CHECKED] = j
+        return True
+    if j < info[INFO_CHECKED] or j - info[INFO_CHECKED] >= CHECK_EVERY:
+        info[INFO_CHECKED] = j
+        return True
+    return False
+
+
 #: arrays from :func:`alloc2d`'s NumPy path start on a cache line of this many bytes
 LINE_BYTES = 64
 

@@ -55,7 +55,8 @@ from numba.typed import List
 
 from .batch import (advance, concat_batches, fence, key_ranges, merge,
                     sort_consolidate)
-from .hooks import _HOOKS, _cb_batch, _cb_logic, _cb_warn, set_hooks, trim_heap  # noqa: F401
+from .hooks import (_HOOKS, _cb_batch, _cb_logic, _cb_warn, loop_call_due,  # noqa: F401
+                    set_hooks, trim_heap)
 from .hstate import M_LIVE, _move_step as _hs_move_step, gc as _hs_gc, new_meta as _hs_new_meta
 from .reduce import (L_CALLBACK, L_COUNT, L_DISTINCT, L_MAX, L_MIN, L_SUM,  # noqa: F401
                      L_TOP_K, LOGIC, _accumulate, _logic_count, _logic_extreme,
@@ -2145,8 +2146,7 @@ def _run_loop(prog, st, l):
             info[0] = l
             info[1] = k
             return ITERATION_LIMIT
-        if maxit[l] < 0 and k >= 10_000 and (info[3] >> min(l, 62)) & 1 == 0:
-            info[3] |= 1 << min(l, 62)
+        if maxit[l] < 0 and loop_call_due(info, l, k):
             _cb_warn(l, k)
         for x in range(order_offs[l], order_offs[l + 1]):
             _step(prog, st, order[x], p, q, k)

@@ -79,7 +79,7 @@ import numpy as np
 from numba import njit
 
 from .batch import sort_consolidate
-from .hooks import _cb_warn, release_rows
+from .hooks import _cb_warn, loop_call_due, release_rows
 from .hstate import (M_EPOCH, M_TOP, OVERFLOW, RW_EXTRA, _block_add, _block_need,
                      _find, _ins_apply, _new_row, blen, ensure_entries, ensure_rows,
                      insert_from, rows_room)
@@ -222,7 +222,8 @@ OVF_CONS = -11     # a consolidation's diff sum
 # What else _rounds returns to run_times (the node is cn[SC_LN]); it resumes where
 # it stopped (cn[SC_PH], cn[SC_SUB]).
 R_LIMIT = -30      # the round reached max_iterations (info[0:2] set)
-R_WARN = -31       # past iteration 10,000 without a limit: warn (once per loop)
+R_WARN = -31       # past iteration 10,000 without a limit: call the warning hook
+                   # (it warns once per loop; see hooks.loop_call_due)
 R_FIT_PRE = -32    # some buffer is big: fit the node's buffers before its step
 R_FIT_POST = -33   # ... and after it (_fit_node)
 R_IDLE = -34       # ... give back an idle node's big empty buffers (_drop_idle)
@@ -1632,8 +1633,7 @@ def _rounds(nodes, lp, bufs, cn, tab, arena, meta, t, maxit, loop, info):
                 info[0] = loop
                 info[1] = j
                 return R_LIMIT
-            if maxit < 0 and j >= 10_000 and (info[3] >> min(loop, 62)) & 1 == 0:
-                info[3] |= np.int64(1) << min(loop, 62)
+            if maxit < 0 and loop_call_due(info, loop, j):
                 return R_WARN
             meta[M_EPOCH] += 1
             cn[SC_PH] = PH_STEPS

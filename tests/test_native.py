@@ -1729,6 +1729,56 @@ def test_long_loop_without_limit_warns_once():
     assert len(cap.at(0)) == 10050
 
 
+_RUNAWAY = """
+import sys, warnings
+import ddnumba as dd
+df = dd.Dataflow(engine="native", loops=sys.argv[1])
+ci, c = df.new_input(["k"])
+cap = c.iterate(lambda v: v.concat(c), name="runaway").capture()
+ci.insert([1, 2], time=0)
+ci.advance_to(1)
+warnings.simplefilter("ignore")
+print("running", flush=True)
+try:
+    df.run()
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+try:
+    df.run()
+except RuntimeError as e:
+    print("refused:", "KeyboardInterrupt" in str(e), flush=True)
+"""
+
+
+@pytest.mark.parametrize("loops", ["sequential", "rounds"])
+def test_runaway_loop_stops_on_ctrl_c(tmp_path, loops):
+    # A loop that never converges (no max_iterations) inside compiled code: Ctrl-C
+    # (SIGINT) stops it within seconds, as KeyboardInterrupt out of run(), and the
+    # dataflow then refuses to run. (Compiled code never lets Python see a signal;
+    # the loop calls back every 1,024 iterations past 10,000, and a pending
+    # KeyboardInterrupt is raised there.)
+    import signal
+    import subprocess
+    import sys
+    import time
+    script = tmp_path / "runaway.py"
+    script.write_text(_RUNAWAY)
+    proc = subprocess.Popen([sys.executable, str(script), loops], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "running"
+        time.sleep(3.0)
+        assert proc.poll() is None          # still iterating
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert out.split() == ["interrupted", "refused:", "True"], (out, err)
+
+
 def test_converging_loop_within_limit():
     df = _native_df()
     ri, roots = df.new_input(["node"])
