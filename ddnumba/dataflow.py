@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numbers
 import os
+import re
 
 import numpy as np
 
@@ -322,10 +323,19 @@ class InputHandle:
                                  f"(it has {tbl.column_names})")
             cols = [_as_int_column(tbl.column(c), f"{self._label} column {c!r}")
                     for c in self.names]
-            tnames = [c for c in tbl.column_names if c == "time" or c.startswith("time_")]
+            # time columns: "time" (or "time_0") with one coordinate, time_0..time_{d-1}
+            # with d; a data column of the input is never one
+            tnames = [c for c in tbl.column_names if c not in self.names
+                      and (c == "time" or re.fullmatch(r"time_\d+", c))]
             if tnames:
+                want = ([("time" if "time" in tnames else "time_0")] if self.dims == 1
+                        else [f"time_{i}" for i in range(self.dims)])
+                if sorted(tnames) != sorted(want):
+                    raise ValueError(f"{self._label}: the table's time column(s) {tnames} "
+                                     f"do not fit time_dims={self.dims} (expected "
+                                     f"{want})")
                 tcols = [_as_int_column(tbl.column(c), f"{self._label} column {c!r}")
-                         for c in sorted(tnames)]
+                         for c in want]
                 table_times = np.ascontiguousarray(np.stack(tcols, axis=1))
             if "diff" in tbl.column_names:
                 table_diffs = _as_int_column(tbl.column("diff"), f"{self._label} diff")

@@ -70,6 +70,36 @@ def test_insert_arrow_table_with_time_and_diff():
     assert_updates_equal(cap, ups)
 
 
+@pytest.mark.parametrize("engine", ["python", "native"])
+def test_table_time_columns_must_fit_time_dims(engine):
+    # A data column named like a time column is data; time columns that do not fit
+    # time_dims are refused when fed, and the dataflow still runs afterwards.
+    df = dd.Dataflow(engine=engine)
+    inp, c = df.new_input(["user", "time_ms"])
+    cap = c.capture()
+    inp.insert(pa.table({"user": [1, 2], "time_ms": [500, 700], "time": [0, 1]}))
+    for bad in ({"user": [3], "time_ms": [1], "time_0": [0], "time_1": [0]},
+                {"user": [3], "time_ms": [1], "time": [0], "time_1": [0]}):
+        with pytest.raises(ValueError, match=r"time column\(s\) .* do not fit "
+                                             r"time_dims=1"):
+            inp.insert(pa.table(bad))
+    inp.advance_to(2)
+    df.run()
+    assert cap.at(1).to_pylist() == [{"user": 1, "time_ms": 500, "count": 1},
+                                     {"user": 2, "time_ms": 700, "count": 1}]
+    assert cap.at(0).to_pylist() == [{"user": 1, "time_ms": 500, "count": 1}]
+    df2, inp2, _ = make(time_dims=2)
+    with pytest.raises(ValueError, match=r"expected \['time_0', 'time_1'\]"):
+        inp2.insert(pa.table({"src_node": [1], "dst_node": [2], "time_0": [0]}))
+    # eleven coordinates are taken in numeric order (time_10 last)
+    df3 = dd.Dataflow(time_dims=11)
+    inp3, c3 = df3.new_input(["k"])
+    cols = {"k": [1]}
+    cols.update({f"time_{i}": [i] for i in reversed(range(11))})
+    inp3.insert(pa.table(cols))
+    assert inp3._buffer[-1].times.tolist() == [list(range(11))]
+
+
 def test_insert_arrow_record_batch_and_table_without_time():
     df, inp, c = make()
     cap = c.capture()
