@@ -1779,6 +1779,37 @@ def test_runaway_loop_stops_on_ctrl_c(tmp_path, loops):
     assert out.split() == ["interrupted", "refused:", "True"], (out, err)
 
 
+@pytest.mark.parametrize("engine", ["python", "native", "auto"])
+def test_a_loop_whose_build_raised_leaves_nothing_behind(engine):
+    # A loop body with a mistake (and one whose nested loop has it) raises while
+    # being built; the program built afterwards runs on the engine it would have used
+    # (auto: native, not a silent fall back to Python) and gives the right answer.
+    df = dd.Dataflow(engine=engine)
+    ri, roots = df.new_input(["node"])
+    ei, edges = df.new_input(["src", "dst"])
+    with pytest.raises(AttributeError, match="distnct"):
+        roots.iterate(lambda r: r.join(edges).map(lambda s, d: d, names=["node"])
+                      .concat(roots).distnct())
+    with pytest.raises(ValueError, match="boom"):
+        roots.iterate(lambda r: r.iterate(lambda q: q.concat(r).distinct())
+                      .map(lambda v: (_ for _ in ()).throw(ValueError("boom"))))
+    with pytest.raises(ValueError, match="never set"):
+        df.iterative(lambda lp: (lp.variable(roots), lp.variable(roots))[0]
+                     .collection.concat(lp.enter(edges).map(lambda s, d: d,
+                                                            names=["node"])))
+    cap = reach(roots, edges).capture()
+    cnt = edges.count().capture()
+    ri.insert([0], time=0)
+    ei.insert([0, 1, 5], [1, 2, 6], time=0)
+    ri.advance_to(1)
+    ei.advance_to(1)
+    df.run()
+    assert bool(df._native) == (engine != "python")
+    assert _as_set(cap, 0) == {(0,), (1,), (2,)}
+    assert sorted(cnt.at(0).to_pylist(), key=lambda r: r["src"]) == [
+        {"src": s, "count": 1, "count_": 1} for s in (0, 1, 5)]
+
+
 def test_converging_loop_within_limit():
     df = _native_df()
     ri, roots = df.new_input(["node"])

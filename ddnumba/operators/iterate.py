@@ -325,20 +325,37 @@ class Loop:
         return build_loop(self.scope, build, max_iterations=max_iterations, name=name)
 
 
+def _discard_loop(child):
+    """Undo a loop whose build raised: the nodes it made (nested loops' too) leave the
+    consumer lists of the outer nodes they read, and its self-compacting captures
+    leave the dataflow's list, so that the graph is as if the loop had never been
+    started (it was never scheduled in its parent)."""
+    gone = {id(n) for n in child.all_nodes()}
+    for node in child.all_nodes():
+        for src in node.inputs:
+            if id(src) not in gone:
+                src.consumers = [(c, p) for c, p in src.consumers if id(c) not in gone]
+    child.df._auto_captures = [c for c in child.df._auto_captures if id(c) not in gone]
+
+
 def build_loop(parent_scope, build, *, max_iterations=None, name=None):
     """Open a loop under ``parent_scope``, let ``build`` fill it, and leave its results."""
     from ddnumba.collection import Collection
     child = open_loop(parent_scope, name=name, max_iterations=max_iterations)
-    results = build(Loop(child))
-    single = not isinstance(results, (tuple, list))
-    results = [results] if single else list(results)
-    for r in results:
-        if not isinstance(r, Collection) or r.scope is not child:
-            raise ValueError(f"loop {child.name!r}: build must return collection(s) of the "
-                             f"loop scope")
-    for node in child.nodes:
-        if isinstance(node, FeedbackNode) and not node.inputs:
-            raise ValueError(f"loop {child.name!r}: a variable was never set")
+    try:
+        results = build(Loop(child))
+        single = not isinstance(results, (tuple, list))
+        results = [results] if single else list(results)
+        for r in results:
+            if not isinstance(r, Collection) or r.scope is not child:
+                raise ValueError(f"loop {child.name!r}: build must return collection(s) "
+                                 f"of the loop scope")
+        for node in child.nodes:
+            if isinstance(node, FeedbackNode) and not node.inputs:
+                raise ValueError(f"loop {child.name!r}: a variable was never set")
+    except BaseException:
+        _discard_loop(child)
+        raise
     close_loop(child)
     left = [Collection(LeaveNode(parent_scope, r._node), r.names) for r in results]
     return left[0] if single else tuple(left)
