@@ -225,10 +225,9 @@ class Collection:
         and every ``count`` / ``sum`` of it reads (one index built and kept, not one
         per use). Inside loops each use arranges anew: there the native engine fuses
         an arrangement with its only reader (a reduce keeps its input and output in
-        one row, a join owning both traces inserts its deltas itself). An operator
-        added after a run (the Python engine allows it) gets its own, as before: an
-        arrangement that has run holds history such a reader never saw."""
-        if self.scope is not self.dataflow.root or self.dataflow.runs:
+        one row, a join owning both traces inserts its deltas itself). (Operators
+        cannot be added after a run.)"""
+        if self.scope is not self.dataflow.root:
             return ArrangeNode(self.scope, self._node, kw, self.names)
         shared = self._node.__dict__.setdefault("_shared_arrangements", {})
         k = (kw, tuple(self.names))

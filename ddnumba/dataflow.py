@@ -60,10 +60,10 @@ class Node:
         self.name = name or self.kind
         self.queues = [[] for _ in self.inputs]
         self.consumers = []
+        self.frontier = np.zeros((1, scope.dims), _I64)
+        scope.add(self)         # (first: it may refuse, and then nothing is linked)
         for port, node in enumerate(self.inputs):
             node.consumers.append((self, port))
-        self.frontier = np.zeros((1, scope.dims), _I64)
-        scope.add(self)
 
     @property
     def dims(self):
@@ -145,6 +145,11 @@ class Scope:
             raise RuntimeError("cannot add operators after the first run() of a dataflow "
                                "on the native engine; build the whole graph first (or "
                                "use Dataflow(engine='python'))")
+        if self.df.runs:
+            raise RuntimeError(
+                "cannot add operators after the first run(): an operator added now would "
+                "see only the updates fed from here on, not the collections as they "
+                "are; build the whole graph first")
         self.nodes.append(node)
 
     def all_nodes(self):
@@ -500,8 +505,10 @@ class Dataflow:
     """
 
     def __init__(self, *, time_dims=1, workers=None, engine=None, loops=None):
-        if int(time_dims) < 1:
-            raise ValueError(f"Dataflow: time_dims must be >= 1, got {time_dims}")
+        if isinstance(time_dims, bool) or not isinstance(time_dims, numbers.Integral) \
+                or time_dims < 1:
+            raise ValueError(f"Dataflow: time_dims must be an integer >= 1, got "
+                             f"{time_dims!r}")
         if workers is None:
             workers = os.environ.get("DDNUMBA_WORKERS", "1")
         w = workers
