@@ -404,3 +404,64 @@ def test_reduce_chain(time_dims, data):
         return O.ref_threshold(at_least_two)(O.ref_count(m))
 
     check(build, ref, [(KV, s)], time_dims)
+
+
+@numba.njit
+def _float_vals(vals, counts):
+    out = np.empty((1, 1), np.float64)
+    out[0, 0] = (vals[:, 0] * counts).sum() / counts.sum()
+    return out, np.ones(1, np.int64)
+
+
+@numba.njit
+def _float_counts(vals, counts):
+    return vals[:1].copy(), np.full(1, 0.5)
+
+
+@numba.njit
+def _only_raises(vals, counts):
+    raise ValueError("never returns")
+
+
+@numba.njit
+def _int32_out(vals, counts):
+    return vals[:1].astype(np.int32), np.ones(1, np.int32)
+
+
+@pytest.mark.parametrize("engine", ["python", "native"])
+def test_user_logic_must_return_integer_arrays(engine):
+    # Floats (values or counts) would be truncated to int64 codes, and logic that
+    # cannot return does not compile: refused when the reduce is built, naming the
+    # function. Other integer dtypes are fine.
+    df = dd.Dataflow(engine=engine)
+    i, c = df.new_input(["k", "v"])
+    for logic, what in [(_float_vals, "float64"), (_float_counts, "float64"),
+                        (_only_raises, "none")]:
+        with pytest.raises(TypeError, match=rf"logic '{logic.__name__}'.*{what}"):
+            c.reduce(logic, names=["k", "o"])
+    out = c.reduce(_int32_out, names=["k", "o"]).capture()
+    i.insert([1, 1, 2], [5, 3, 7], time=0)
+    i.advance_to(1)
+    df.run()
+    assert sorted(out.at(0).to_pylist(), key=lambda r: r["k"]) == [
+        {"k": 1, "o": 3, "count": 1}, {"k": 2, "o": 7, "count": 1}]
+
+
+def test_delay_must_return_integer_times_of_its_shape():
+    for f, err, msg in [(lambda t: t + 0.7, TypeError, "dtype float64"),
+                        (lambda t: t[:, 0], TypeError, r"shape \(1,\)"),
+                        (lambda t: np.full_like(t, 2**63 - 1), ValueError, "end of time")]:
+        df = dd.Dataflow(engine="python")
+        i, c = df.new_input(["k"])
+        c.delay(f).capture()
+        i.insert([1], time=3)
+        i.advance_to(10)
+        with pytest.raises(err, match=msg):
+            df.run()
+    df = dd.Dataflow(engine="python")
+    i, c = df.new_input(["k"])
+    out = c.delay(lambda t: (t + 2).astype(np.uint8)).capture()
+    i.insert([1], time=3)
+    i.advance_to(10)
+    df.run()
+    assert out.updates().to_pylist() == [{"k": 1, "time": 5, "diff": 1}]

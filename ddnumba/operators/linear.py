@@ -204,5 +204,15 @@ class DelayNode(Node):
             self.emit(self.apply(u))
 
     def apply(self, u):
-        new = np.asarray(self.f(u.times.copy()), dtype=_I64).reshape(u.times.shape)
+        new = np.asarray(self.f(u.times.copy()))
+        if new.dtype.kind not in "iu" or new.shape != u.times.shape:
+            raise TypeError(f"delay: f must return integer times of the shape it is "
+                            f"given, {u.times.shape}; got dtype {new.dtype}, shape "
+                            f"{new.shape}")
+        if new.dtype.kind == "u" and new.size and new.max() > np.iinfo(_I64).max:
+            raise OverflowError(f"delay: time {new.max()} does not fit in int64")
+        new = new.astype(_I64)
+        if new.size and new.max() == np.iinfo(_I64).max:
+            raise ValueError("delay: a time of 2**63 - 1 stands for 'never' (the end of "
+                             "time); times must be below it")
         return Updates(u.data, np.ascontiguousarray(np.maximum(u.times, new)), u.diffs)

@@ -169,7 +169,32 @@ class ReduceNode(Node):
 def user_driver(logic, ow):
     """The batched driver for a user's ``@njit`` logic, compiled once per function (the
     driver closes over the function, so it cannot live in Numba's on-disk cache)."""
+    if hasattr(logic, "py_func"):
+        _check_logic_types(logic)
     return _reduce.make_user_driver(logic, ow)
+
+
+def _check_logic_types(logic):
+    """Compile ``logic`` for the arrays the driver passes it and refuse, with a
+    ``TypeError`` naming the function, logic that does not compile for them or does
+    not return two integer arrays: float output would be truncated to int64 codes."""
+    from numba import types as nbt
+    from numba.core.errors import TypingError
+    name = getattr(logic, "__name__", repr(logic))
+    sig = (nbt.int64[:, ::1], nbt.int64[::1])
+    try:
+        logic.compile(sig)
+    except TypingError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise TypeError(f"reduce: logic {name!r} does not compile for (vals: int64[n, "
+                        f"vw], counts: int64[n]): {first}") from None
+    rt = next(s.return_type for s in logic.nopython_signatures if tuple(s.args) == sig)
+    ok = (isinstance(rt, nbt.BaseTuple) and len(rt) == 2 and
+          all(isinstance(t, nbt.Array) and isinstance(t.dtype, (nbt.Integer, nbt.Boolean))
+              for t in rt))
+    if not ok:
+        raise TypeError(f"reduce: logic {name!r} must return (out_vals, out_counts), two "
+                        f"integer arrays; it returns {rt}")
 
 
 def logic_count(mom_offs, acc_vals, acc_counts):
