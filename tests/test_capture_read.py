@@ -294,3 +294,19 @@ def test_feed_all_on_run_streams_the_outputs(tmp_path):
     assert {r: n for r, n in got.items() if n} == _as_updates(cap.raw())
     with pytest.raises(ValueError, match="on_run needs run=True"):
         feed_all([(inp, src)], run=False, on_run=on_run)
+
+
+@pytest.mark.parametrize("engine", ["python", "native"])
+def test_data_columns_named_time_and_diff_keep_their_values(engine):
+    # A collection with columns "time" and "diff": updates() names its own time and
+    # diff columns time_ and diff_, so no field is duplicated and no value is lost.
+    df = dd.Dataflow(engine=engine)
+    i, c = df.new_input(["time", "diff"])
+    cap = c.capture()
+    i.insert([7], [8], time=2)
+    i.advance_to(3)
+    df.run()
+    tbl = cap.updates()
+    assert tbl.column_names == ["time", "diff", "time_", "diff_"]
+    assert tbl.to_pylist() == [{"time": 7, "diff": 8, "time_": 2, "diff_": 1}]
+    assert cap.new_updates().to_pylist() == tbl.to_pylist()

@@ -18,11 +18,20 @@ def time_names(dims):
 
 
 def updates_to_table(upd, names):
-    """An :class:`~ddnumba.updates.Updates` as a table: columns, time(s), diff."""
+    """An :class:`~ddnumba.updates.Updates` as a table: columns, time(s), diff. A time
+    or diff column whose name a data column already has gets underscores appended
+    (``time_``, ``diff_``), as :func:`count_name` does."""
     arrays = [pa.array(np.ascontiguousarray(upd.data[:, i])) for i in range(len(names))]
     arrays += [pa.array(np.ascontiguousarray(upd.times[:, i])) for i in range(upd.dims)]
     arrays.append(pa.array(np.ascontiguousarray(upd.diffs)))
-    return pa.table(arrays, names=list(names) + time_names(upd.dims) + ["diff"])
+    taken = set(names)
+    extra = []
+    for n in time_names(upd.dims) + ["diff"]:
+        while n in taken:
+            n += "_"
+        taken.add(n)
+        extra.append(n)
+    return pa.table(arrays, names=list(names) + extra)
 
 
 def count_name(names):
