@@ -12,6 +12,8 @@ columns as the key (default 1; pass an int or a list of leading column names).
 """
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
 from ddnumba.operators import linear as _linear
@@ -380,8 +382,8 @@ class Collection:
     def top_k(self, k, *, key=1):
         """Per key, the ``k`` smallest value rows (counting multiplicity)."""
         kw = _key_width(key, self.names, "top_k")
-        if int(k) < 1:
-            raise ValueError(f"top_k: k must be >= 1, got {k}")
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
+            raise ValueError(f"top_k: k must be an integer >= 1, got {k!r}")
         return self._reduce(kw, _reduce_ops.logic_top_k(int(k)), self.arity - kw,
                             self.names, "top_k", spec=("top_k", int(k)))
 

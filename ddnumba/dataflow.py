@@ -220,8 +220,12 @@ def _as_int_column(values, what):
         if arr.size and arr.max() > _I64_MAX:
             raise OverflowError(f"{what}: value {arr.max()} does not fit in int64")
         return arr.astype(_I64)
-    if arr.dtype.kind == "O" and arr.size == 0:
-        return np.empty(0, _I64)
+    if arr.size == 0 and arr.dtype.kind in "Of":
+        return np.empty(0, _I64)        # ([] and np.array([]) are float64)
+    if arr.dtype.kind == "O" and all(isinstance(v, numbers.Integral) and
+                                     not isinstance(v, bool) for v in arr.flat):
+        big = max(arr.flat, key=abs)
+        raise OverflowError(f"{what}: value {big} does not fit in int64")
     sample = arr.flat[0] if arr.size else None
     raise TypeError(
         f"{what}: expected integer data, got dtype {arr.dtype}"
@@ -249,19 +253,23 @@ class InputHandle:
 
     # -- feeding -----------------------------------------------------------------
     def insert(self, *columns, time=None):
-        """Insert rows (diff +1) at ``time`` (a scalar/tuple, or one time per row)."""
-        self.update(*columns, time=time, diff=1)
+        """Insert rows (diff +1, or a table's ``diff`` column) at ``time`` (a
+        scalar/tuple, or one time per row)."""
+        self.update(*columns, time=time)
 
     def remove(self, *columns, time=None):
-        """Remove rows (diff -1) at ``time``."""
+        """Remove rows (diff -1) at ``time`` (a table with a ``diff`` column is refused:
+        feed it with :meth:`update`)."""
         self.update(*columns, time=time, diff=-1)
 
-    def update(self, *columns, time=None, diff=1):
-        """Add rows with multiplicities ``diff`` (scalar or one per row) at ``time``.
+    def update(self, *columns, time=None, diff=None):
+        """Add rows with multiplicities ``diff`` (scalar or one per row; default: a
+        table's ``diff`` column, else 1) at ``time``.
 
         ``columns`` is one array-like per input column, a single 2-D array ``[n, arity]``,
         or one ``pyarrow.Table``/``RecordBatch`` with the input's column names (and
-        optionally ``time`` or ``time_0..`` and ``diff`` columns).
+        optionally ``time`` or ``time_0..`` and ``diff`` columns). A table with a
+        ``diff`` column takes no ``diff`` argument (nor :meth:`remove`).
         """
         if self.closed:
             raise RuntimeError(f"{self._label}: the input is closed; no more updates "
@@ -274,10 +282,14 @@ class InputHandle:
             times = table_times
         else:
             times = self._times(time, n)
-        if table_diffs is not None and diff == 1:
+        if table_diffs is not None:
+            if diff is not None:
+                raise ValueError(f"{self._label}: the table has a diff column, and diff="
+                                 f"{diff!r} (or remove) would override it; feed it with "
+                                 f"update(table), or drop the column")
             diffs = table_diffs
         else:
-            diffs = self._diffs(diff, n)
+            diffs = self._diffs(1 if diff is None else diff, n)
         if n == 0:
             return
         self._check_times(times)

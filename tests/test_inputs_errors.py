@@ -549,3 +549,31 @@ def test_input_times_beyond_int64_are_refused_not_wrapped():
     df.run()
     assert_collection_equal(cap.at(3), {(1, 2): 1})
     assert not cap.done(4)
+
+
+def test_empty_lists_big_ints_table_diffs_and_integer_options():
+    df, inp, c = make()
+    cap = c.capture()
+    inp.insert([], [], time=0)                       # empty lists: nothing, no error
+    inp.insert(np.array([]), np.array([]), time=0)
+    with pytest.raises(OverflowError) as e:
+        inp.insert([2**70], [1], time=0)
+    assert_mentions(e, "src_node", str(2**70))
+    tbl = pa.table({"src_node": [1, 2], "dst_node": [3, 4], "time": [0, 0],
+                    "diff": [5, 2]})
+    with pytest.raises(ValueError, match="has a diff column"):
+        inp.remove(tbl)
+    with pytest.raises(ValueError, match="has a diff column"):
+        inp.update(tbl, diff=2)
+    inp.insert(tbl)                                  # the table's diffs
+    inp.update(tbl.drop_columns(["diff"]), diff=-1)
+    inp.update(tbl.drop_columns(["diff"]))           # default 1
+    inp.advance_to(1)
+    df.run()
+    assert cap.at(0).to_pylist() == [{"src_node": 1, "dst_node": 3, "count": 5},
+                                     {"src_node": 2, "dst_node": 4, "count": 2}]
+    for bad in (1.5, True, "2"):
+        with pytest.raises(ValueError, match="must be an integer"):
+            c.top_k(bad)
+    with pytest.raises(ValueError, match="time_dims must be an integer"):
+        dd.Dataflow(time_dims=1.5)
