@@ -392,7 +392,8 @@ class InputHandle:
     def _one_time(self, time):
         t = _int_times(time, self._label, one=True).reshape(-1)
         if t.shape[0] != self.dims:
-            raise ValueError(f"{self._label}: time {time!r} has {t.shape[0]} "
+            shown = np.asarray(time).tolist() if isinstance(time, np.ndarray) else time
+            raise ValueError(f"{self._label}: time {shown!r} has {t.shape[0]} "
                              f"coordinate(s); this dataflow has time_dims={self.dims}")
         return t
 

@@ -1917,15 +1917,18 @@ def test_graph_fixed_after_first_native_run(engine):
     assert cap.at(1).to_pylist() == [{"k": 1, "count": 2, "count_": 1}]
 
 
-def test_python_engine_accepts_operators_after_a_run():
-    """The restriction is the native engine's (the contrast with the test above)."""
+def test_python_engine_refuses_operators_after_a_run_too():
+    """The restriction holds on the Python engine as well (it used to accept a late
+    operator, which then saw only later updates; see also
+    test_shared_arrangements.test_operators_cannot_be_added_after_a_run)."""
     df = dd.Dataflow(engine="python")
     inp, c = df.new_input(["k", "v"])
     c.count().capture()
     inp.insert([1], [2], time=0)
     inp.advance_to(1)
     df.run()
-    c.distinct().capture()
+    with pytest.raises(RuntimeError, match="after the first run"):
+        c.distinct().capture()
     assert df._native is False
 
 
