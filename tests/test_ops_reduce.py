@@ -432,8 +432,9 @@ def _int32_out(vals, counts):
 def test_user_logic_must_return_integer_arrays(engine):
     # Floats (values or counts) would be truncated to int64 codes, and logic that
     # cannot return does not compile: refused when the reduce is built, naming the
-    # function. Other integer dtypes are fine.
-    df = dd.Dataflow(engine=engine)
+    # function. Other integer dtypes are fine. (workers=1: test_workers reruns this
+    # file with DDNUMBA_WORKERS, which the native engine refuses.)
+    df = dd.Dataflow(engine=engine, workers=1)
     i, c = df.new_input(["k", "v"])
     for logic, what in [(_float_vals, "float64"), (_float_counts, "float64"),
                         (_only_raises, "none")]:

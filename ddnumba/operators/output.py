@@ -88,6 +88,7 @@ class CaptureNode(SinkNode):
         self._pending_warned = False
         self.since = None           # the frontier [k, d] of the compactions, if any
         self.auto_compact = bool(auto_compact)
+        self._moved = False         # a compaction has moved some update's time
         self._kept_base = 0         # updates the last compaction kept
         self._kept_new = 0          # updates added since
         super().__init__(scope, [src], src.arity)
@@ -149,6 +150,8 @@ class CaptureNode(SinkNode):
             # The rows stay sorted by data, and with one time coordinate by time within
             # a row too (the times up to f become f, the later ones stay above it):
             # then one linear pass consolidates them, else a sort.
+            if not self._moved and not np.array_equal(adv, u.times):
+                self._moved = True
             if _sort.is_sorted_rows2(u.data, adv):
                 u = Updates(*_consolidate.consolidate_sorted(u.data, adv, u.diffs))
             else:
@@ -235,7 +238,7 @@ class CaptureNode(SinkNode):
                 self.pending[0] is self._pending_whole:
             return self._pending_whole
         if self.pending is None:
-            if self.auto_compact and self.since is not None:
+            if self.auto_compact and self._moved:
                 warnings.warn(
                     "capture(auto_compact=True): the first new_updates() comes after "
                     "the capture compacted itself, so updates before its last complete "
