@@ -188,7 +188,8 @@ def connected_components(edges, nodes=None, *, max_iterations=None):
     node_set = sym.map(lambda s, d: s, names=["node"])
     if nodes is not None:
         _check(nodes, 1, "nodes", op)
-        node_set = node_set.concat(nodes.map(lambda n: n, names=["node"]))
+        # (present nodes only: a negative count must not cancel an edge's endpoint)
+        node_set = node_set.concat(_present_nodes(nodes, "nodes", op))
     start = node_set.distinct().map(lambda n: (n, n), names=["node", "label"])
     return _propagate_min(sym, start, max_iterations=max_iterations, name=op)
 
@@ -349,7 +350,8 @@ def triangles(edges):
     _check(edges, 2, "edges", op)
     # Orient every edge from its smaller to its larger end, so each undirected edge is
     # one row and each triangle is found once, from its smallest node.
-    und = edges.filter(lambda s, d: s != d).map(
+    # (present rows first: a negative count on (b, a) must not cancel (a, b))
+    und = _present_edges(edges, op).filter(lambda s, d: s != d).map(
         lambda s, d: (np.minimum(s, d), np.maximum(s, d)), names=["lo", "hi"]).distinct()
     wedges = und.join(und).filter(lambda a, b, c: b < c)       # (a, b, c): a-b, a-c
     closed = wedges.map(lambda a, b, c: (b, c, a), names=["b", "c", "a"]) \

@@ -324,6 +324,44 @@ def test_triangles(seed, mode):
     run_and_check([ei], streams, cap, nx_triangles, mode, "triangles")
 
 
+def with_absent_rows(rng, changes, make_row, k=2):
+    """``changes`` plus, at some times, removals of rows (from ``make_row(rng)``) that
+    may never have been inserted: counts that go negative, which mean "absent"."""
+    out = [list(c) for c in changes]
+    for t in range(len(out)):
+        for _ in range(int(rng.integers(0, k + 1))):
+            out[t].append((make_row(rng), -1))
+    return out
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("seed", SEEDS)
+def test_negative_counts_mean_absent(seed, mode):
+    # Triangles over edges whose reversed copies get negative counts (they must not
+    # cancel the edge), and connected components over extra nodes with negative
+    # counts (they must not cancel an edge's endpoint), against networkx on the
+    # present rows at every time.
+    rng = np.random.default_rng(650 + seed)
+    n, T = int(rng.integers(6, 12)), 10
+    df = dd.Dataflow()
+    ei, edges = df.new_input(["src", "dst"])
+    ni, nodes = df.new_input(["n"])
+    tri = alg.triangles(edges).capture()
+    base = edge_stream(rng, n, T, init=2 * n, per_time=(1, 4))
+    rev = [[((r[1], r[0]), -d) for r, d in c if d > 0 and rng.random() < 0.5]
+           for c in base]
+    es = [a + b for a, b in zip(base, rev)]
+    ns = with_absent_rows(rng, node_stream(rng, n + 2, T, k=3),
+                          lambda g: (int(g.integers(0, n + 2)),))
+    run_and_check([ei, ni], [es, ns], tri, lambda e, _n: nx_triangles(e), mode,
+                  "triangles (negative counts)")
+    df2 = dd.Dataflow()
+    ei2, edges2 = df2.new_input(["src", "dst"])
+    ni2, nodes2 = df2.new_input(["n"])
+    cc = alg.connected_components(edges2, nodes2).capture()
+    run_and_check([ei2, ni2], [es, ns], cc, nx_cc, mode, "cc (negative counts)")
+
+
 def test_fixed_examples():
     """Small hand-checked graphs, including self-loops and reversed duplicates."""
     df = dd.Dataflow()
