@@ -360,6 +360,22 @@ def test_negative_counts_mean_absent(seed, mode):
     ni2, nodes2 = df2.new_input(["n"])
     cc = alg.connected_components(edges2, nodes2).capture()
     run_and_check([ei2, ni2], [es, ns], cc, nx_cc, mode, "cc (negative counts)")
+    # and the smallest cases: (3, 1) absent next to a present (1, 3); nodes 1 and 5
+    # absent from `nodes` while edges hold them (5 has one neighbour, so a -1 would
+    # cancel it; its label is still its own)
+    df3 = dd.Dataflow()
+    ei3, edges3 = df3.new_input(["src", "dst"])
+    ni3, nodes3 = df3.new_input(["n"])
+    tri3 = alg.triangles(edges3).capture()
+    cc3 = alg.connected_components(edges3, nodes3).capture()
+    ei3.insert([1, 2, 1, 5], [2, 3, 3, 6], time=0)
+    ei3.remove([3], [1], time=0)
+    ni3.remove([1, 5], time=0)
+    ei3.advance_to(1)
+    ni3.advance_to(1)
+    df3.run()
+    assert result_set(tri3, 0) == {(1, 2, 3)}
+    assert result_set(cc3, 0) == {(1, 1), (2, 1), (3, 1), (5, 5), (6, 5)}
 
 
 def test_fixed_examples():
