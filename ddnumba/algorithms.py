@@ -31,6 +31,15 @@ def _check(c, arity, what, op):
         raise ValueError(f"{op}: {what} must have {arity} column(s), has {c.names}")
 
 
+def _add_checked(a, b, op):
+    """``a + b`` of int64 arrays, refusing a sum that leaves int64 (it would wrap)."""
+    s = a + b
+    if ((a ^ s) & (b ^ s) < 0).any():
+        raise OverflowError(f"{op}: a distance leaves int64 (a path's weights sum "
+                            f"beyond 2**63 - 1)")
+    return s
+
+
 def _present_edges(edges, op):
     """``(src, dst)`` rows with positive count, once each."""
     _check(edges, 2, "edges", op)
@@ -234,7 +243,8 @@ def sssp(sources, weighted_edges, *, max_iterations=None):
                                                        names=["node", "distance"])
 
     def body(dist):
-        hop = dist.join(w).map(lambda n, k, d, x: (d, k + x), names=["node", "distance"])
+        hop = dist.join(w).map(lambda n, k, d, x: (d, _add_checked(k, x, op)),
+                               names=["node", "distance"])
         return hop.concat(start).min(name="distance")
 
     return start.iterate(body, max_iterations=max_iterations, name=op)

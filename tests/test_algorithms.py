@@ -378,6 +378,25 @@ def test_negative_counts_mean_absent(seed, mode):
     assert result_set(cc3, 0) == {(1, 1), (2, 1), (3, 1), (5, 5), (6, 5)}
 
 
+def test_sssp_refuses_a_distance_beyond_int64():
+    # Two edges of weight 2**62: the second hop's distance would wrap to -2**63.
+    df = dd.Dataflow()
+    si, sources = df.new_input(["node"])
+    ei, edges = df.new_input(["src", "dst", "weight"])
+    cap = alg.sssp(sources, edges).capture()
+    si.insert([0], time=0)
+    ei.insert([0, 1], [1, 2], [2**62, 2**62 - 1], time=0)
+    si.advance_to(1)
+    ei.advance_to(1)
+    df.run()                                     # 2**63 - 1 itself fits
+    assert result_set(cap, 0) == {(0, 0), (1, 2**62), (2, 2**63 - 1)}
+    ei.insert([2], [3], [1], time=1)
+    si.advance_to(2)
+    ei.advance_to(2)
+    with pytest.raises(OverflowError, match="sssp: a distance leaves int64"):
+        df.run()
+
+
 def test_fixed_examples():
     """Small hand-checked graphs, including self-loops and reversed duplicates."""
     df = dd.Dataflow()
