@@ -609,6 +609,57 @@ def _plot(rows, path, several_engines):
     print(f"wrote {path}")
 
 
+def _check_args(p, args):
+    """Refuse nonsense sizes with argparse's one-line error (exit status 2) before any
+    work, rather than a NumPy traceback or a silent empty row part-way."""
+    import math
+    import os
+
+    def ints(name):
+        v = getattr(args, name, None)
+        v = [] if v is None else (v if isinstance(v, list) else [v])
+        return [x for x in v if isinstance(x, int)]     # (reach's --resolution: words)
+
+    cmd = args.cmd
+    if cmd in ("ab", "pair", "targets"):
+        checked = ()            # (they check their own arguments)
+    elif cmd == "sharing":
+        checked = ("nodes", "changes")      # (its --batch is checked by it)
+    elif cmd == "floor":
+        checked = ("nodes", "changes")      # (and its --resolution)
+    else:
+        checked = ("nodes", "batch", "workers", "top", "steps", "changes", "warm",
+                   "mib", "plot")
+    if "nodes" in checked:
+        for n in ints("nodes"):
+            if n < 10:
+                p.error(f"{cmd}: --nodes must be at least 10 (the workload has 10 "
+                        f"roots), got {n}")
+    for name in ("batch", "workers", "top", "steps"):
+        if name not in checked:
+            continue
+        for v in ints(name):
+            if v < 1:
+                p.error(f"{cmd}: --{name} must be at least 1, got {v}")
+    for name in ("changes", "warm"):
+        if name not in checked:
+            continue
+        for v in ints(name):
+            if v < 0 or (v == 0 and name == "changes"):
+                p.error(f"{cmd}: --{name} must be positive, got {v}")
+    if cmd == "reach" and args.changes is not None:
+        small = [b for b in args.batch if b > args.changes]
+        if small:
+            p.error(f"reach: --changes {args.changes} is less than one run of --batch "
+                    f"{small[0]}")
+    for v in getattr(args, "mib", None) or []:
+        if not (math.isfinite(v) and v > 0):
+            p.error(f"{cmd}: --mib must be a positive size, got {v}")
+    plot = getattr(args, "plot", None)
+    if plot and not os.path.isdir(os.path.dirname(os.path.abspath(plot))):
+        p.error(f"{cmd}: --plot {plot}: no such directory")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m ddnumba.bench",
                                 description="The roadmap reachability benchmark.")
@@ -669,6 +720,7 @@ def main(argv=None):
     benchfloor.add_parser(sub)
     benchtargets.add_parser(sub)
     args = p.parse_args(argv)
+    _check_args(p, args)
     if args.cmd == "targets":
         benchtargets.main(args)
         return

@@ -25,6 +25,7 @@ comparison sees at that moment. Changes that cannot be switched at run time need
 from __future__ import annotations
 
 import gc
+import os
 import runpy
 import time
 
@@ -139,6 +140,8 @@ def main(args):
     if args.batches < 2:
         raise SystemExit("pair: --batches must be at least 2")
     benchab.check_tolerance("pair", args.tolerance)
+    if args.setup and not os.path.isfile(args.setup):
+        raise SystemExit(f"pair: --setup {args.setup}: no such file")
     configure = load_configure(args.setup) if args.setup else None
     print(f"pair: N={args.nodes} B={args.batch}, {args.batches} paired batches, "
           f"{'setup ' + args.setup if args.setup else 'A/A (no --setup)'}; two sessions "

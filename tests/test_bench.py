@@ -255,3 +255,37 @@ def test_perf_gate_waits_for_perf_and_never_hangs(tmp_path, mode):
         gate.close()
         rec.kill()
         rec.wait()
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["reach", "--nodes", "0"], "--nodes must be at least 10"),
+    (["reach", "--nodes", "5"], "--nodes must be at least 10"),
+    (["reach", "--batch", "0"], "--batch must be at least 1"),
+    (["reach", "--batch", "-1"], "--batch must be at least 1"),
+    (["reach", "--changes", "-3"], "--changes must be positive"),
+    (["reach", "--changes", "0"], "--changes must be positive"),
+    (["reach", "--batch", "10", "--changes", "5"], "less than one run of --batch 10"),
+    (["reach", "--workers", "0"], "--workers must be at least 1"),
+    (["reach", "--plot", "/nonexistent_dir_xyz/x.png"], "no such directory"),
+    (["tail", "--batch", "0"], "--batch must be at least 1"),
+    (["tail", "--warm", "-1"], "--warm must be positive"),
+    (["sharing", "--nodes", "5"], "--nodes must be at least 10"),
+    (["floor", "--nodes", "-3"], "--nodes must be at least 10"),
+    (["memory", "--steps", "0"], "--steps must be at least 1"),
+    (["memory", "--mib", "nan"], "--mib must be a positive size"),
+    (["memory", "--mib", "-1"], "--mib must be a positive size"),
+])
+def test_bench_refuses_nonsense_arguments_in_one_line(argv, msg, capsys):
+    # argparse's error (exit status 2, one line naming the flag) before any work
+    from ddnumba.bench import main
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert msg in err and "Traceback" not in err
+
+
+def test_bench_pair_setup_must_exist():
+    from ddnumba.bench import main
+    with pytest.raises(SystemExit, match="--setup /nonexistent_xyz.py: no such file"):
+        main(["pair", "--setup", "/nonexistent_xyz.py"])
