@@ -327,6 +327,17 @@ class InputHandle:
             return None
         upd = Updates.concat(self._buffer, len(self.names), self.dims)
         self._buffer = []
+        # Diffs that each fit int64 but sum outside it for one row at one time (two
+        # updates of 2**62): refused here, before any operator (a capture would keep
+        # them and fail on every read). Only checked when the batch's diffs are large
+        # enough for a sum to overflow at all.
+        d = upd.diffs
+        if len(d) and max(int(d.max()), -int(d.min())) > _I64_MAX // len(d):
+            try:
+                upd.consolidated()
+            except OverflowError:
+                raise OverflowError(f"{self._label}: the diffs fed for one row at one "
+                                    f"time sum outside int64") from None
         return upd
 
     def _columns(self, columns):

@@ -577,3 +577,27 @@ def test_empty_lists_big_ints_table_diffs_and_integer_options():
             c.top_k(bad)
     with pytest.raises(ValueError, match="time_dims must be an integer"):
         dd.Dataflow(time_dims=1.5)
+
+
+@pytest.mark.parametrize("engine", ["python", "native"])
+def test_diffs_summing_outside_int64_at_one_time_are_refused(engine):
+    # Two updates of 2**62 for one row at one time: each fits, their sum does not.
+    # The run refuses them before any operator (a capture used to keep them and then
+    # fail on every read), naming the input.
+    df = dd.Dataflow(engine=engine)
+    i, c = df.new_input(["k"])
+    c.capture()
+    i.update([1], time=0, diff=2**62)
+    i.update([1], time=0, diff=2**62)
+    i.advance_to(1)
+    with pytest.raises(OverflowError, match=r"input \['k'\]: the diffs fed for one row"):
+        df.run()
+    # the same diffs at two times, or for two rows, are fine
+    for times, rows in (([0, 1], [1, 1]), ([0, 0], [1, 2])):
+        df = dd.Dataflow(engine=engine)
+        i, c = df.new_input(["k"])
+        cap = c.capture()
+        i.update(rows, time=times, diff=2**62)
+        i.advance_to(2)
+        df.run()
+        assert len(cap.updates()) == 2

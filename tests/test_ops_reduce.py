@@ -449,17 +449,19 @@ def test_user_logic_must_return_integer_arrays(engine):
 
 
 def test_delay_must_return_integer_times_of_its_shape():
+    # (workers=1: under test_workers' DDNUMBA_WORKERS the error would come as a
+    # WorkerError carrying it)
     for f, err, msg in [(lambda t: t + 0.7, TypeError, "dtype float64"),
                         (lambda t: t[:, 0], TypeError, r"shape \(1,\)"),
                         (lambda t: np.full_like(t, 2**63 - 1), ValueError, "end of time")]:
-        df = dd.Dataflow(engine="python")
+        df = dd.Dataflow(engine="python", workers=1)
         i, c = df.new_input(["k"])
         c.delay(f).capture()
         i.insert([1], time=3)
         i.advance_to(10)
         with pytest.raises(err, match=msg):
             df.run()
-    df = dd.Dataflow(engine="python")
+    df = dd.Dataflow(engine="python", workers=1)
     i, c = df.new_input(["k"])
     out = c.delay(lambda t: (t + 2).astype(np.uint8)).capture()
     i.insert([1], time=3)
