@@ -35,6 +35,18 @@ def accumulate(table, cols, t):
     return {k: v for k, v in acc.items() if v}
 
 
+def assert_word_counts(tbl, events, times):
+    """The written count output accumulated at each of ``times`` is the count of the
+    ``(word, time, diff)`` events up to it: one ``(word, count)`` row each."""
+    for t in times:
+        acc = Counter()
+        for w, s, d in events:
+            if s <= t:
+                acc[w] += d
+        assert accumulate(tbl, ["word", "count"], t) == {
+            (w, c): 1 for w, c in acc.items() if c}, t
+
+
 def run_cli(argv, capsys):
     code = main([str(a) for a in argv])
     out, err = capsys.readouterr()
@@ -169,13 +181,7 @@ def test_run_streams_each_runs_changes_and_compacts(tmp_path, capsys, monkeypatc
     assert len(compactions) > 3 and compactions == sorted(compactions)
     tbl = pq.read_table(tmp_path / "out" / "count")
     assert f"count: {tbl.num_rows:,} updates" in out
-    for t in range(T):
-        acc = Counter()
-        for w, s, d in events:
-            if s <= t:
-                acc[w] += d
-        assert accumulate(tbl, ["word", "count"], t) == {
-            (w, c): 1 for w, c in acc.items() if c}, t
+    assert_word_counts(tbl, events, range(T))
     # each change once: no update at a time repeats another's (word, count, time)
     keys = Counter((r["word"], r["count"], r["time"]) for r in tbl.to_pylist())
     assert max(keys.values()) == 1
@@ -208,13 +214,7 @@ def test_run_first_file_of_many_times_keeps_them(tmp_path, capsys, monkeypatch, 
     assert "RuntimeWarning" not in err
     tbl = pq.read_table(tmp_path / "out" / "count")
     assert len(set(tbl.column("time").to_pylist())) > 5
-    for t in range(10):
-        acc = Counter()
-        for w, s, d in events:
-            if s <= t:
-                acc[w] += d
-        assert accumulate(tbl, ["word", "count"], t) == {
-            (w, c): 1 for w, c in acc.items() if c}, t
+    assert_word_counts(tbl, events, range(10))
 
 
 def test_run_two_time_coordinates_streams_and_compacts(tmp_path, capsys, monkeypatch):
