@@ -395,6 +395,7 @@ def main(argv=None) -> int:
     """Entry point of the ``ddnumba`` console script; returns the exit status."""
     from ddnumba.io.parquet import ChangeFileError
     from ddnumba.workers import WorkerError
+    _NOTES.clear()      # (a previous call in this process that raised may have left some)
     try:
         args = _parser().parse_args(argv)
         if args.command is None:

@@ -224,8 +224,10 @@ def _as_int_column(values, what):
         return np.empty(0, _I64)        # ([] and np.array([]) are float64)
     if arr.dtype.kind == "O" and all(isinstance(v, numbers.Integral) and
                                      not isinstance(v, bool) for v in arr.flat):
-        big = max(arr.flat, key=abs)
-        raise OverflowError(f"{what}: value {big} does not fit in int64")
+        big = [v for v in arr.flat if not -_I64_MAX - 1 <= v <= _I64_MAX]
+        if big:
+            raise OverflowError(f"{what}: value {big[0]} does not fit in int64")
+        return arr.astype(_I64)
     sample = arr.flat[0] if arr.size else None
     raise TypeError(
         f"{what}: expected integer data, got dtype {arr.dtype}"
