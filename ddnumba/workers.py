@@ -375,6 +375,7 @@ def start(df):
                 end.close()
     cl = Cluster(W, 0, ends(0), prefix)
     cl.procs = procs
+    cl.owner = os.getpid()
     weakref.finalize(df, shutdown, cl)
     return cl
 
@@ -442,7 +443,11 @@ def _report(cl, r, kind, text, tb):
 
 
 def shutdown(cl, *, timeout=5.0):
-    """Stop the workers (politely, then by force) and remove every block."""
+    """Stop the workers (politely, then by force) and remove every block. Only in the
+    process that started them: a worker forked later for another dataflow inherits
+    this finalizer, and must leave them alone (it cannot even ask whether they live)."""
+    if getattr(cl, "owner", os.getpid()) != os.getpid():
+        return
     for r, p in cl.procs.items():
         if p.is_alive():
             try:

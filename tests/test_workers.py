@@ -409,3 +409,30 @@ def test_fork_after_openmp_warns(monkeypatch):
         h, c = df.new_input(["x"])
         c.count().capture()
         df.run()
+
+
+def test_shutdown_in_a_later_forked_process_leaves_the_workers_alone():
+    # A worker forked later (for another dataflow) inherits this dataflow's finalizer;
+    # run there, it must neither fail (it cannot ask whether another process's
+    # children live) nor stop them: the dataflow still runs afterwards.
+    df = dd.Dataflow(workers=2, engine="python")
+    i, c = df.new_input(["k"])
+    cap = c.count().capture()
+    i.insert([1, 2, 2], time=0)
+    i.advance_to(1)
+    df.run()
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            W_.shutdown(df.cluster)
+        except BaseException:
+            code = 1
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    i.insert([1], time=1)
+    i.advance_to(2)
+    df.run()
+    assert sorted(r["count"] for r in cap.at(1).to_pylist()) == [2, 2]
+    df.close()
