@@ -332,9 +332,13 @@ class InputHandle:
         # Diffs that each fit int64 but sum outside it for one row at one time (two
         # updates of 2**62): refused here, before any operator (a capture would keep
         # them and fail on every read). Only checked when the batch's diffs are large
-        # enough for a sum to overflow at all.
+        # enough for a sum to overflow at all. (A run of one change has a few rows:
+        # there Python's max is ~10x cheaper than two NumPy reductions.)
         d = upd.diffs
-        if len(d) and max(int(d.max()), -int(d.min())) > _I64_MAX // len(d):
+        n = len(d)
+        big = (max(map(abs, d.tolist())) if n <= 16 else
+               max(int(d.max()), -int(d.min()))) if n else 0
+        if big > _I64_MAX // max(n, 1):
             try:
                 upd.consolidated()
             except OverflowError:
@@ -443,12 +447,17 @@ class InputHandle:
         return np.ascontiguousarray(d)
 
     def _check_times(self, times):
-        lo = times.min() if times.size else 0
+        # (few rows, as in a run of one change: Python's min/max beat NumPy's calls)
+        if times.size <= 16:
+            flat = times.ravel().tolist()
+            lo, hi = (min(flat), max(flat)) if flat else (0, 0)
+        else:
+            lo, hi = times.min(), times.max()
         if lo < 0:
             raise ValueError(f"{self._label}: negative time "
                              f"{_fmt_time(times[np.argmin(times.min(axis=1))])}; times "
                              f"are non-negative")
-        if times.size and times.max() == _I64_MAX:
+        if hi == _I64_MAX:
             bad = times[np.argmax(times.max(axis=1))]
             raise ValueError(f"{self._label}: time {_fmt_time(bad)} has a coordinate "
                              f"2**63 - 1, which stands for 'never' (the end of time); "
