@@ -601,3 +601,22 @@ def test_diffs_summing_outside_int64_at_one_time_are_refused(engine):
         i.advance_to(2)
         df.run()
         assert len(cap.updates()) == 2
+
+
+@pytest.mark.parametrize("n", [2, 40])
+def test_time_and_diff_checks_on_small_and_large_batches(n):
+    # The checks take one path up to 16 rows and another beyond: both refuse.
+    rows = np.arange(n, dtype=np.int64)
+    for bad_time, needle in ((-4, "negative time -4"), (2**63 - 1, "end of time")):
+        df, inp, c = make(names=["k"])
+        times = np.zeros(n, np.int64)
+        times[n // 2] = bad_time
+        with pytest.raises(ValueError, match=needle):
+            inp.insert(rows, time=times)
+    df, inp, c = make(names=["k"])
+    keys = np.zeros(n, np.int64)                     # every row the same key
+    diffs = np.full(n, (2**63 - 1) // (n - 1), np.int64)
+    inp.update(keys, time=0, diff=diffs)
+    inp.advance_to(1)
+    with pytest.raises(OverflowError, match="sum outside int64"):
+        df.run()
