@@ -12,6 +12,7 @@ columns as the key (default 1; pass an int or a list of leading column names).
 """
 from __future__ import annotations
 
+import inspect
 import numbers
 
 import numpy as np
@@ -39,6 +40,23 @@ def _key_width(key, names, op):
     if not 0 <= k <= len(names):
         raise ValueError(f"{op}: key width {k} out of range for columns {names}")
     return k
+
+
+def _check_takes(f, n, op, what):
+    """Refuse, when it is built, a user function that cannot take ``n`` positional
+    arguments (``what`` says what they are). Callables without an inspectable
+    signature (NumPy ufuncs, builtins) are left to fail at ``run()``."""
+    if not callable(f):
+        raise TypeError(f"{op}: expected a function, got {type(f).__name__}")
+    try:
+        sig = inspect.signature(f)
+    except (TypeError, ValueError):
+        return
+    try:
+        sig.bind(*range(n))
+    except TypeError:
+        name = getattr(f, "__name__", repr(f))
+        raise TypeError(f"{op}: function {name!r}{sig} cannot take {what}") from None
 
 
 def _encloses(outer, inner):
@@ -141,13 +159,21 @@ class Collection:
         >>> out.updates().to_pylist()
         [{'b': 2, 's': 3, 'time': 0, 'diff': 1}]
         """
+        _check_takes(f, self.arity, "map", self._columns_said())
         if arity is None:
             arity = len(names) if names is not None and not isinstance(names, str) else (
                 1 if isinstance(names, str) else None)
         if arity is None:
             arity = self._probe_arity(f)
+        else:
+            self._check_probe(f, arity, "map",
+                              "names give" if names is not None else "arity is")
         out_names = self._names_for(arity, names, "map")
         return self._new(_linear.MapNode(self.scope, self._node, f, arity), out_names)
+
+    def _columns_said(self):
+        return (f"the {self.arity} column(s) {self.names}" if self.arity
+                else "no arguments (the collection has no columns)")
 
     def _probe_arity(self, f):
         # Call f on empty columns to learn how many columns it returns.
@@ -158,18 +184,33 @@ class Collection:
             return out.shape[1]
         return 1
 
+    def _check_probe(self, f, expect, op, given):
+        """With the output width given, still call ``f`` on empty columns once and
+        refuse a different width now rather than at ``run()``; a function that does
+        not run on empty columns is left to be checked there."""
+        try:
+            got = self._probe_arity(f)
+        except Exception:
+            return
+        if got != expect:
+            raise ValueError(f"{op}: the function returns {got} column(s) but {given} "
+                             f"{expect}")
+
     def filter(self, predicate):
         """Keep rows where ``predicate(*columns)`` (a boolean mask) is True."""
+        _check_takes(predicate, self.arity, "filter", self._columns_said())
         return self._new(_linear.FilterNode(self.scope, self._node, predicate), self.names)
 
     def flat_map(self, f, *, names=None):
         """``f(*columns) -> (row_index, *columns)``: each output row names its source row,
         whose time and diff it takes (any number of outputs per input row)."""
+        _check_takes(f, self.arity, "flat_map", self._columns_said())
         if names is None:
             arity = self._probe_arity(f) - 1
         else:
             names = [names] if isinstance(names, str) else list(names)
             arity = len(names)
+            self._check_probe(f, arity + 1, "flat_map", "names (plus the row index) give")
         names = self._names_for(arity, names, "flat_map")
         node = _linear.FlatMapNode(self.scope, self._node, f, arity)
         return self._new(node, names)
@@ -200,11 +241,13 @@ class Collection:
 
     def inspect(self, f):
         """Call ``f(table)`` on each batch of updates (an Arrow table: columns, time, diff)."""
+        _check_takes(f, 1, "inspect", "one argument (an Arrow table)")
         return self._new(_linear.InspectNode(self.scope, self._node, f, self.names),
                          self.names)
 
     def delay(self, f):
         """Advance each update's time to ``join(t, f(times))`` (``f`` is vectorised)."""
+        _check_takes(f, 1, "delay", "one argument (an array of times)")
         return self._new(_linear.DelayNode(self.scope, self._node, f), self.names)
 
     # -- arrangements and joins -----------------------------------------------------
@@ -376,6 +419,7 @@ class Collection:
 
     def threshold(self, f):
         """Each row with its count ``c`` replaced by ``f(c)`` (vectorised over counts)."""
+        _check_takes(f, 1, "threshold", "one argument (an array of counts)")
         return self._reduce(self.arity, _reduce_ops.logic_threshold(f), 0, self.names,
                             "threshold")
 

@@ -261,3 +261,55 @@ def test_linear_pipeline(time_dims, data):
         return O.ref_map(fold, 2)(O.ref_flat_map(expand, 2)(O.clean(step)))
 
     check(build, ref, [(KV, a), (KV, b)], time_dims)
+
+
+# ------------------------------------------------------- user functions checked at build
+
+
+@pytest.mark.parametrize("build, exc, needle", [
+    (lambda c: c.map(lambda k: k, names=["x"]), TypeError, "cannot take the 2 column(s)"),
+    (lambda c: c.map(lambda k, v: k, names=["x", "y"]), ValueError, "returns 1 column"),
+    (lambda c: c.map(swap_sum, arity=3), ValueError, "returns 2 column"),
+    (lambda c: c.filter(lambda k: k > 0), TypeError, "filter: function"),
+    (lambda c: c.flat_map(explode_pair, names=["x", "y"]), ValueError,
+     "returns 2 column"),
+    (lambda c: c.flat_map(lambda k: (k,), names=["x"]), TypeError, "flat_map: function"),
+    (lambda c: c.delay(lambda a, b: a), TypeError, "array of times"),
+    (lambda c: c.threshold(lambda: 1), TypeError, "array of counts"),
+    (lambda c: c.inspect(lambda: None), TypeError, "Arrow table"),
+    (lambda c: c.map(3), TypeError, "expected a function"),
+])
+def test_user_functions_that_cannot_fit_are_refused_when_built(build, exc, needle):
+    """A function taking the wrong number of columns, or returning a different number
+    than ``names``/``arity`` say, is refused when the operator is built (it used to
+    surface at ``run()``, after the input was fed)."""
+    df = dd.Dataflow()
+    inp, c = df.new_input(KV)
+    with pytest.raises(exc) as ei:
+        build(c)
+    assert needle in str(ei.value)
+    # Nothing half-built: the dataflow still runs, and correctly.
+    out = c.map(swap_sum, names=["v", "s"]).capture()
+    inp.insert([1], [2], time=0)
+    inp.close()
+    df.run()
+    assert out.updates().to_pylist() == [{"v": 2, "s": 3, "time": 0, "diff": 1}]
+
+
+@pytest.mark.parametrize("build, expect", [
+    (lambda c: c.map(lambda *cols: cols[0] + cols[1], names=["s"]), [3, 7]),
+    (lambda c: c.map(lambda k, v, scale=2: k * scale, names=["s"]), [2, 4]),
+    (lambda c: c.map(np.add, names=["s"]), [3, 7]),
+    # Fails on empty columns (a reduction), so the width is taken on trust.
+    (lambda c: c.map(lambda k, v: k + v.max(), names=["s"]), [6, 7]),
+    (lambda c: c.flat_map(lambda k, v: (np.arange(len(k)), k + v.min()), names=["s"]),
+     [3, 4]),
+])
+def test_user_functions_that_fit_are_accepted(build, expect):
+    df = dd.Dataflow()
+    inp, c = df.new_input(KV)
+    out = build(c).capture()
+    inp.insert([1, 2], [2, 5], time=0)
+    inp.close()
+    df.run()
+    assert sorted(r["s"] for r in out.updates().to_pylist()) == expect
