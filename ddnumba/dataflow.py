@@ -252,6 +252,9 @@ class InputHandle:
         self.closed = False
         self._buffer: list[Updates] = []
         self._label = f"input {self.names}"
+        # The least and greatest time coordinate fed since the last run (None: none
+        # fed), for an error in the run to say which updates it was processing.
+        self._fed = self._ran = None
 
     # -- feeding -----------------------------------------------------------------
     def insert(self, *columns, time=None):
@@ -294,7 +297,9 @@ class InputHandle:
             diffs = self._diffs(1 if diff is None else diff, n)
         if n == 0:
             return
-        self._check_times(times)
+        lo, hi = self._check_times(times)
+        r = self._fed
+        self._fed = (lo, hi) if r is None else (min(r[0], lo), max(r[1], hi))
         self._buffer.append(Updates(data, times, diffs))
 
     def advance_to(self, time):
@@ -329,6 +334,7 @@ class InputHandle:
             return None
         upd = Updates.concat(self._buffer, len(self.names), self.dims)
         self._buffer = []
+        self._ran, self._fed = self._fed, None
         # Diffs that each fit int64 but sum outside it for one row at one time (two
         # updates of 2**62): refused here, before any operator (a capture would keep
         # them and fail on every read). Only checked when the batch's diffs are large
@@ -463,7 +469,7 @@ class InputHandle:
                              f"2**63 - 1, which stands for 'never' (the end of time); "
                              f"times must be below it")
         if self.dims == 1 and lo >= self.frontier[0, 0]:
-            return    # a total order: every time is >= the frontier's single element
+            return lo, hi   # a total order: every time is >= the frontier's element
         ok = _lattice.in_future(times, self.frontier)
         if not ok.all():
             bad = times[np.argmin(ok)]
@@ -471,6 +477,7 @@ class InputHandle:
                 f"{self._label}: time {_fmt_time(bad)} is not >= the input frontier "
                 f"{_fmt_frontier(self.frontier)} (times may not go backwards; "
                 f"advance_to only moves forward)")
+        return lo, hi
 
     def __repr__(self):
         return f"InputHandle({self.names}, frontier={_fmt_frontier(self.frontier)})"
@@ -620,12 +627,26 @@ class Dataflow:
                 # interrupt): some operators have taken the updates and others not,
                 # so no later run could be right; say so instead of going on
                 self._failed = f"{type(e).__name__}: {e}"
+                if isinstance(e, OverflowError):
+                    raise OverflowError(f"{e} ({self._run_context()})") from e
                 raise
         else:
             self._run_workers()
         self.runs += 1
         for node in self._auto_captures:
             node.after_run()
+
+    def _run_context(self):
+        """Which run failed and which updates it was given, for an error message."""
+        what = "times" if self.time_dims == 1 else "times with coordinates in"
+        said = "; ".join(f"{h._label} was fed {what} {h._ran[0]}..{h._ran[1]}"
+                         for h in self.inputs if h._ran is not None)
+        fronts = {_fmt_frontier(h.frontier) for h in self.inputs}
+        upto = ("" if len(fronts) != 1 else
+                "; the inputs are closed: every time completes" if fronts == {"{}"} else
+                f"; the run completes the times before the frontier {fronts.pop()}")
+        return (f"in run() number {self.runs + 1}: " +
+                (said or "no input was fed since the last run") + upto)
 
     # -- workers ---------------------------------------------------------------------
     def agree_min(self, value):

@@ -459,6 +459,42 @@ def test_sum_overflow():
         cap.updates()
 
 
+@pytest.mark.parametrize("engine", ["python", "native"])
+def test_overflow_in_a_run_says_which_run_and_which_times(engine):
+    """An overflow inside an operator names the run, what each input was fed for it,
+    and the frontier the run completes, so a user can find the updates at fault."""
+    df = dd.Dataflow(engine=engine)
+    inp, c = df.new_input(NAMES)
+    c.count().capture()
+    inp.insert([5], [5], time=0)
+    inp.advance_to(1)
+    df.run()
+    inp.update([1, 1], [2, 3], time=[3, 4], diff=[2**62, 2**62])
+    inp.advance_to(7)
+    with pytest.raises(OverflowError) as e:
+        df.run()
+    msg = str(e.value)
+    assert "count/sum" in msg
+    assert "run() number 2" in msg
+    assert "input ['src_node', 'dst_node'] was fed times 3..4" in msg
+    assert "before the frontier {7}" in msg
+
+
+def test_overflow_context_for_2d_times_and_closed_inputs():
+    df, inp, c = make(time_dims=2)
+    other, d = df.new_input(["k"])
+    c.join(c).capture()
+    inp.update([1], [2], time=(2, 5), diff=2**32)
+    inp.close()
+    other.close()
+    with pytest.raises(OverflowError) as e:
+        df.run()
+    msg = str(e.value)
+    assert "was fed times with coordinates in 2..5" in msg
+    assert "input ['k']" not in msg          # fed nothing: not named
+    assert "the inputs are closed" in msg
+
+
 def test_accumulation_overflow_in_at():
     """Two in-range diffs at different times whose sum at the later time overflows."""
     df, inp, c = make()
