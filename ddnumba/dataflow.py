@@ -303,25 +303,63 @@ class InputHandle:
         self._buffer.append(Updates(data, times, diffs))
 
     def advance_to(self, time):
-        """Promise that no more updates will arrive at times not ``>= time``."""
+        """Promise that no more updates will arrive at times not ``>= time``.
+
+        ``time`` is one time, or (partially ordered times) an antichain: a list of
+        times, ``[n, time_dims]``, after which updates may arrive at times ``>=`` any
+        of them. A time with a coordinate ``2**63 - 1`` (the end of time) admits no
+        update, so advancing to it (or to an empty antichain) closes the input.
+        """
         if self.closed:
             raise RuntimeError(f"{self._label}: advance_to on a closed input")
         if (self.dims == 1 and type(time) is int
-                and int(self.frontier[0, 0]) <= time <= _I64_MAX):
+                and int(self.frontier[0, 0]) <= time < _I64_MAX):
             self.frontier = np.array([[time]], _I64)   # (the common case)
             return
-        t = self._one_time(time)
-        new = t.reshape(1, self.dims)
-        if self.dims == 1:
+        new = self._frontier_of(time)
+        if self.dims == 1 and len(new):
             # A total order: the frontier is one time (the common, hot case).
             back = int(new[0, 0]) < int(self.frontier[0, 0])
         else:
             back = not _lattice.frontier_less_equal(self.frontier, new)
         if back:
+            shown = _fmt_time(new[0]) if len(new) == 1 else _fmt_frontier(new)
             raise ValueError(
-                f"{self._label}: advance_to({_fmt_time(t)}) would move the frontier "
+                f"{self._label}: advance_to({shown}) would move the frontier "
                 f"backward from {_fmt_frontier(self.frontier)}")
-        self.frontier = np.ascontiguousarray(new)
+        if len(new) == 0:
+            self.close()
+        else:
+            self.frontier = np.ascontiguousarray(new)
+
+    def _frontier_of(self, time):
+        """``time`` (one time or an antichain of them) as a frontier ``[k, dims]``:
+        its minimal elements, without those that have an end-of-time coordinate."""
+        try:
+            a = np.asarray(time) if not isinstance(time, np.ndarray) else time
+        except ValueError:
+            raise ValueError(f"{self._label}: advance_to: {time!r} is neither a time nor "
+                             f"a list of times of time_dims={self.dims} coordinates") from None
+        if a.size == 0 and a.ndim >= 1:
+            return np.empty((0, self.dims), _I64)     # the empty antichain
+        if a.ndim == 2 or (a.ndim == 1 and a.dtype == object):
+            if a.ndim == 2 and a.shape[1] != self.dims:
+                raise ValueError(f"{self._label}: advance_to: times of shape {a.shape} "
+                                 f"do not match time_dims={self.dims} (expected "
+                                 f"[n, {self.dims}])")
+            t = _int_times(a, self._label, one=False)
+            if t.ndim != 2:
+                raise ValueError(f"{self._label}: advance_to: {time!r} is neither a time "
+                                 f"nor a list of times")
+            if np.any(t < 0):
+                raise ValueError(f"{self._label}: advance_to: negative time in {time!r}")
+        else:
+            t = self._one_time(time).reshape(1, self.dims)
+            if t.min() < 0:
+                raise ValueError(f"{self._label}: advance_to: negative time "
+                                 f"{_fmt_time(t[0])}")
+        t = t[(t != _I64_MAX).all(axis=1)]
+        return _lattice.antichain(t) if len(t) > 1 else np.ascontiguousarray(t)
 
     def close(self):
         """No more updates: the frontier becomes empty and every time completes."""

@@ -208,6 +208,107 @@ def test_frontier_moves_forward_and_empties_on_close():
     assert np.asarray(inp.frontier).shape == (0, 2)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_advance_to_an_antichain_2d(seed):
+    """Partially ordered inputs advance to antichains: each run completes exactly the
+    times not >= the new frontier, and ``at(t)`` there equals the brute-force
+    accumulation (a join of two inputs on different antichains, and a count)."""
+    rng = np.random.default_rng(seed)
+    df = dd.Dataflow(time_dims=2)
+    ai, a = df.new_input(["k", "x"])
+    bi, b = df.new_input(["k", "y"])
+    joined = a.join(b).capture()
+    counts = a.count().capture()
+    fed = {"a": [], "b": []}
+    fronts = {"a": [(0, 0)], "b": [(0, 0)]}
+
+    def at_or_after(t, front):
+        return any(t[0] >= f[0] and t[1] >= f[1] for f in front)
+
+    for step in range(1, 6):
+        for name, h in (("a", ai), ("b", bi)):
+            for _ in range(6):
+                t = (int(rng.integers(0, 4 * step)), int(rng.integers(0, 4 * step)))
+                if not at_or_after(t, fronts[name]):
+                    continue
+                row = (int(rng.integers(0, 3)), int(rng.integers(0, 3)))
+                d = int(rng.choice([-1, 1, 2]))
+                h.update([row[0]], [row[1]], time=t, diff=d)
+                fed[name].append((row, t, d))
+            c = 2 * step + int(rng.integers(0, 2))
+            new = [(c, 0), (c, 1), (0, c + 1)]   # (c, 1) >= (c, 0) is not minimal: dropped
+            h.advance_to(new)
+            fronts[name] = [(c, 0), (0, c + 1)]
+            assert sorted(map(tuple, h.frontier.tolist())) == sorted(fronts[name])
+        df.run()
+        for t in [(i, j) for i in range(4 * step) for j in range(4 * step)]:
+            done = not (at_or_after(t, fronts["a"]) or at_or_after(t, fronts["b"]))
+            if not done:
+                with pytest.raises(ValueError):
+                    joined.at(t)
+                continue
+
+            def acc(name):
+                out = {}
+                for row, tt, d in fed[name]:
+                    if tt[0] <= t[0] and tt[1] <= t[1]:
+                        out[row] = out.get(row, 0) + d
+                return {r: n for r, n in out.items() if n}
+
+            A, B = acc("a"), acc("b")
+            want = {}
+            for (k, x), n in A.items():
+                for (k2, y), m in B.items():
+                    if k == k2:
+                        want[(k, x, y)] = want.get((k, x, y), 0) + n * m
+            assert_collection_equal(joined.at(t), {r: n for r, n in want.items() if n})
+            per_k = {}     # every key with a row present, its rows' total count
+            for (k, x), n in A.items():
+                per_k[k] = per_k.get(k, 0) + n
+            assert_collection_equal(counts.at(t), {(k, n): 1 for k, n in per_k.items()})
+
+
+def test_advance_to_antichain_errors():
+    df, inp, c = make(time_dims=2)
+    inp.advance_to([(0, 3), (3, 0)])
+    for bad in ([(0, 0)], [(2, 0), (0, 2)], (2, 2)):
+        with pytest.raises(ValueError) as e:
+            inp.advance_to(bad)
+        assert_mentions(e, "backward")
+    with pytest.raises(ValueError) as e:
+        inp.advance_to([(4, 0), (0,)])
+    assert_mentions(e, *NAMES)
+    with pytest.raises(ValueError) as e:
+        inp.advance_to([[4, 4, 4]])
+    assert_mentions(e, "time_dims=2")
+    with pytest.raises(TypeError):
+        inp.advance_to([(4.5, 0)])
+    assert sorted(map(tuple, inp.frontier.tolist())) == [(0, 3), (3, 0)]
+    inp.advance_to([(2**63 - 1, 0), (5, 5)])   # an end-of-time element admits nothing
+    assert inp.frontier.tolist() == [[5, 5]]
+    inp.advance_to([])                         # the empty antichain: closed
+    assert inp.closed and inp.frontier.shape == (0, 2)
+
+
+@pytest.mark.parametrize("engine", ["python", "native"])
+def test_advance_to_the_end_of_time_closes_the_input(engine):
+    """No update can be at 2**63 - 1, so advancing to it completes every time: the
+    same on both engines (native used to, Python did not)."""
+    M = 2**63 - 1
+    df = dd.Dataflow(engine=engine)
+    inp, c = df.new_input(["a"])
+    cap = c.count().capture()
+    inp.insert([1, 1, 2], time=[0, 3, 5])
+    inp.advance_to(M)
+    df.run()
+    assert inp.closed and cap.frontier.shape == (0, 1)
+    assert_collection_equal(cap.at(M), {(1, 2): 1, (2, 1): 1})
+    assert_collection_equal(cap.at(4), {(1, 2): 1})
+    with pytest.raises(RuntimeError) as e:
+        inp.insert([1], time=7)
+    assert_mentions(e, "closed")
+
+
 def test_captured_at_frontier_and_probe():
     df, inp, c = make()
     m = c.map(lambda a, b: (a + b, b))
