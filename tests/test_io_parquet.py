@@ -385,6 +385,18 @@ def test_corrupt_and_truncated_files(tmp_path):
     (d / "part-1.parquet").write_bytes(b"this is not parquet at all")
     with pytest.raises(ChangeFileError, match=r"part-1\.parquet: not a readable Parquet"):
         read_changes(d, ["a"])
+    # Another kind of file in the directory: refused (not skipped: it could be a
+    # batch), with how to keep it there; a renamed one is ignored.
+    (d / "part-1.parquet").unlink()
+    (d / "README.txt").write_text("notes about this stream")
+    with pytest.raises(ChangeFileError, match=r"README\.txt.*not Parquet at all.*start "
+                                              r"with '_' or '\.'"):
+        read_changes(d, ["a"])
+    (d / "README.txt").rename(d / "_README.txt")
+    assert sum(len(b) for b in read_changes(d, ["a"])) == 1000
+    (d / "part-1.parquet").write_bytes(b"PAR")          # shorter than the magic: cut
+    with pytest.raises(ChangeFileError, match=r"part-1\.parquet.*truncated or corrupt"):
+        read_changes(d, ["a"])
     good = (d / "part-0.parquet").read_bytes()
     (d / "part-1.parquet").write_bytes(good[: len(good) // 2])
     with pytest.raises(ChangeFileError, match=r"part-1\.parquet.*truncated or corrupt"):

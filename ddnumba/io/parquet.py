@@ -202,13 +202,30 @@ class _FilePlan:
     rows: int
 
 
+def _not_parquet(path):
+    """True when the file has 4 bytes or more and does not start with Parquet's magic
+    ``PAR1`` (a shorter one may be a Parquet file cut short)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError:
+        return False
+    return len(head) == 4 and head != b"PAR1"
+
+
 def _open(path, dictionary=()):
     try:
         return pq.ParquetFile(path, read_dictionary=list(dictionary) or None,
                               coerce_int96_timestamp_unit="us")
     except (pa.ArrowException, OSError) as e:
+        hint = "is it truncated or corrupt?"
+        if _not_parquet(path):
+            # Some other file in a stream's directory (notes, a checksum): say how to
+            # keep it there rather than skip it, since skipping could drop a batch.
+            hint = ("it is not Parquet at all; move it out of the stream's directory, "
+                    "or rename it to start with '_' or '.' (such files are ignored)")
         raise _fail(ChangeFileError, path, None,
-                    f"not a readable Parquet file ({e}); is it truncated or corrupt?"
+                    f"not a readable Parquet file ({e}); {hint}"
                     ) from None
 
 
