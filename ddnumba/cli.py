@@ -67,7 +67,15 @@ def _parser():
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     d = sub.add_parser("demo", help="Spark -> ddnumba -> Spark round trip on a changing "
-                       "graph (reachability and out-degree), with a latency summary")
+                       "graph (reachability and out-degree), with a latency summary",
+                       description="Spark exports a random graph and a sliding window of "
+                       "edge changes as Parquet change batches; ddnumba maintains "
+                       "reachability and out-degrees over them and writes its output "
+                       "changes back as Parquet; Spark recomputes the final answer and "
+                       "the command prints match or MISMATCH, a summary and a latency "
+                       "CDF plot. Needs PySpark and Java 17 or later.",
+                       epilog="exit status: 0 match, 1 MISMATCH, 2 bad usage or no "
+                       "Spark/Java, 130 interrupted")
     d.add_argument("--nodes", type=int, default=2_000, help="graph nodes (default 2000)")
     d.add_argument("--edges", type=int, default=None,
                    help="initial edges (default 2 * nodes)")
@@ -92,7 +100,7 @@ def _parser():
         "  count                 input/          -> count/ (<key column>, count)\n"
         "  join                  left/, right/   -> join/ (key, left..., right...)\n"
         "  FILE.py               build(df) -> (inputs, outputs): one directory per "
-        "name\n\nexit status: 0 ok, 2 bad usage or bad input")
+        "name\n\nexit status: 0 ok, 2 bad usage or bad input, 130 interrupted")
     r.add_argument("query", metavar="QUERY",
                    help=f"one of {', '.join(BUILTIN_QUERIES)}, or a Python file "
                    f"defining build(df)")

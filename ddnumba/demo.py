@@ -19,7 +19,7 @@ as the upstream pipeline and the referee:
    by a breadth-first search (the final edge list is collected to the driver; the BFS is
    plain NumPy, independent of ddnumba), reads ddnumba's output back and compares.
 
-It prints the sizes chosen, match/mismatch, a summary (updates, changes/s, latency
+It prints the sizes chosen, match or MISMATCH, a summary (updates, changes/s, latency
 percentiles) and writes ``latency_cdf.png`` (latency CDF, as in the roadmap's figures)
 and ``summary.json`` beside the Parquet data in the output directory::
 
@@ -43,7 +43,7 @@ __all__ = ["DemoConfig", "run_demo", "bfs_reachable"]
 
 @dataclass
 class DemoConfig:
-    """Sizes of the demo (defaults finish in well under a minute on two cores)."""
+    """Sizes of the demo (defaults: 20-30 s on two cores once compiled, most of it Spark)."""
 
     nodes: int = 2_000
     edges: int | None = None          # default: 2 * nodes

@@ -596,3 +596,13 @@ def test_run_with_two_time_coordinates(tmp_path, capsys):
     assert at(0, 5) == {0, 1, 2}
     assert at(1, 0) == {0, 1, 3}
     assert at(1, 1) == {0, 1, 2, 3}
+
+
+def test_python_dash_m_ddnumba_is_the_command():
+    proc = subprocess.run([sys.executable, "-m", "ddnumba", "run", "--help"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "--input DIR" in proc.stdout and "130 interrupted" in proc.stdout
+    proc = subprocess.run([sys.executable, "-m", "ddnumba", "run", "count"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--input" in proc.stderr

@@ -50,7 +50,7 @@ def test_readme_examples(tmp_path, monkeypatch):
                    "changes/edges/part-0.parquet")
     pq.write_table(pa.table({"src": [1], "dst": [2], "time": [3], "diff": [-1]}),
                    "changes/edges/part-1.parquet")
-    ns["roots_in"].advance_to(10)
+    # (the block closes roots_in itself: left open at 2 it would hold times 2, 3 back)
     exec(compile(blocks[1], "README.md[1]", "exec"), ns)
     edges_at = {2: [(1, 2), (3, 4), (2, 3), (4, 5)], 3: [(3, 4), (2, 3), (4, 5)]}
     for name in ("results/reach", "results/stream"):
