@@ -664,6 +664,12 @@ class Dataflow:
                 # the run stopped part-way (an overflow, a user function raising, an
                 # interrupt): some operators have taken the updates and others not,
                 # so no later run could be right; say so instead of going on
+                if isinstance(e, SystemError) and isinstance(
+                        e.__cause__ or e.__context__, KeyboardInterrupt):
+                    # Ctrl-C landing inside Numba's glue (unpickling a compiled
+                    # function's constants) is reported so: it is an interrupt.
+                    self._failed = "KeyboardInterrupt"
+                    raise KeyboardInterrupt() from None
                 self._failed = f"{type(e).__name__}: {e}"
                 if isinstance(e, OverflowError):
                     raise OverflowError(f"{e} ({self._run_context()})") from e

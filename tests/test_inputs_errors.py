@@ -642,6 +642,32 @@ def test_run_after_a_failed_run_is_refused(engine, failure):
     assert cap.at(0).num_rows == 1           # what the good run produced is still there
 
 
+def test_interrupt_reported_by_numba_as_system_error_is_an_interrupt(monkeypatch):
+    """Ctrl-C landing inside Numba's glue surfaces as ``SystemError`` caused by
+    ``KeyboardInterrupt`` (seen on the Python engine, 1 run in 3): ``run()`` raises
+    ``KeyboardInterrupt`` instead, so callers (and ``ddnumba run``'s exit 130) see
+    an interrupt, and later runs are refused."""
+    df = dd.Dataflow(engine="python")
+    inp, c = df.new_input(["a"])
+    c.count().capture()
+    inp.insert([1], time=0)
+    inp.advance_to(1)
+
+    def interrupted(*a, **k):
+        try:
+            raise KeyboardInterrupt()
+        except KeyboardInterrupt as e:
+            raise SystemError("<function _numba_unpickle> returned a result with an "
+                              "exception set") from e
+
+    monkeypatch.setattr(df.root, "run_pass", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        df.run()
+    monkeypatch.undo()
+    with pytest.raises(RuntimeError, match="earlier run.*KeyboardInterrupt"):
+        df.run()
+
+
 @pytest.mark.parametrize("bad", [1.5, 2.0, np.float64(1.0), "1", None, [1.0], object()])
 def test_captured_and_probe_times_must_be_integers(bad):
     # Reading a capture or a probe takes integer times only, as inputs do: a float is
