@@ -255,6 +255,7 @@ class InputHandle:
         # The least and greatest time coordinate fed since the last run (None: none
         # fed), for an error in the run to say which updates it was processing.
         self._fed = self._ran = None
+        self._bound = 0     # >= the sum of |diff| over the buffer (see update)
 
     # -- feeding -----------------------------------------------------------------
     def insert(self, *columns, time=None):
@@ -298,9 +299,31 @@ class InputHandle:
         if n == 0:
             return
         lo, hi = self._check_times(times)
+        upd = Updates(data, times, diffs)
+        # Diffs that each fit int64 but sum outside it for one row at one time (two
+        # updates of 2**62) are refused here, when fed: a capture would keep them and
+        # fail on every read, and a run would fail part-way. ``_bound`` bounds the sum
+        # of |diff| over what is buffered; only past int64 is the buffer summed per
+        # row and time. (A few rows, as in a run of one change: Python's max is ~10x
+        # cheaper than two NumPy reductions.)
+        d = upd.diffs
+        big = max(map(abs, d.tolist())) if n <= 16 else max(int(d.max()), -int(d.min()))
+        bound = self._bound + n * big
+        if bound > _I64_MAX:
+            both = Updates.concat(self._buffer + [upd], len(self.names), self.dims)
+            try:
+                both.consolidated()
+            except OverflowError:
+                raise OverflowError(f"{self._label}: with the updates fed before it, "
+                                    f"this batch's diffs for one row at one time sum "
+                                    f"outside int64 (refused; nothing of it is kept)"
+                                    ) from None
+            self._buffer = [both]     # (one batch now, which holds this one)
+        else:
+            self._buffer.append(upd)
+        self._bound = bound
         r = self._fed
         self._fed = (lo, hi) if r is None else (min(r[0], lo), max(r[1], hi))
-        self._buffer.append(Updates(data, times, diffs))
 
     def advance_to(self, time):
         """Promise that no more updates will arrive at times not ``>= time``.
@@ -373,21 +396,7 @@ class InputHandle:
         upd = Updates.concat(self._buffer, len(self.names), self.dims)
         self._buffer = []
         self._ran, self._fed = self._fed, None
-        # Diffs that each fit int64 but sum outside it for one row at one time (two
-        # updates of 2**62): refused here, before any operator (a capture would keep
-        # them and fail on every read). Only checked when the batch's diffs are large
-        # enough for a sum to overflow at all. (A run of one change has a few rows:
-        # there Python's max is ~10x cheaper than two NumPy reductions.)
-        d = upd.diffs
-        n = len(d)
-        big = (max(map(abs, d.tolist())) if n <= 16 else
-               max(int(d.max()), -int(d.min()))) if n else 0
-        if big > _I64_MAX // max(n, 1):
-            try:
-                upd.consolidated()
-            except OverflowError:
-                raise OverflowError(f"{self._label}: the diffs fed for one row at one "
-                                    f"time sum outside int64") from None
+        self._bound = 0
         return upd
 
     def _columns(self, columns):

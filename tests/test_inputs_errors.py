@@ -745,22 +745,30 @@ def test_empty_lists_big_ints_table_diffs_and_integer_options():
 @pytest.mark.parametrize("engine", ["python", "native"])
 def test_diffs_summing_outside_int64_at_one_time_are_refused(engine):
     # Two updates of 2**62 for one row at one time: each fits, their sum does not.
-    # The run refuses them before any operator (a capture used to keep them and then
-    # fail on every read), naming the input.
+    # The second is refused when fed, naming the input (a capture used to keep them
+    # and then fail on every read; later a run refused them and failed the dataflow);
+    # the first is kept, and the dataflow goes on.
     df = dd.Dataflow(engine=engine)
     i, c = df.new_input(["k"])
-    c.capture()
+    cap = c.capture()
     i.update([1], time=0, diff=2**62)
-    i.update([1], time=0, diff=2**62)
+    with pytest.raises(OverflowError, match=r"input \['k'\]: .*one row at one time sum"):
+        i.update([1, 2], time=0, diff=2**62)
+    i.update([2], time=0, diff=3)
     i.advance_to(1)
-    with pytest.raises(OverflowError, match=r"input \['k'\]: the diffs fed for one row"):
-        df.run()
+    df.run()
+    assert_collection_equal(cap.at(0), {(1,): 2**62, (2,): 3})
+    i.update([1], time=1, diff=-(2**62))       # after the run: the same row, fine
+    i.advance_to(2)
+    df.run()
+    assert_collection_equal(cap.at(1), {(2,): 3})
     # the same diffs at two times, or for two rows, are fine
     for times, rows in (([0, 1], [1, 1]), ([0, 0], [1, 2])):
         df = dd.Dataflow(engine=engine)
         i, c = df.new_input(["k"])
         cap = c.capture()
         i.update(rows, time=times, diff=2**62)
+        i.update(rows, time=times, diff=2**61)
         i.advance_to(2)
         df.run()
         assert len(cap.updates()) == 2
@@ -779,7 +787,6 @@ def test_time_and_diff_checks_on_small_and_large_batches(n):
     df, inp, c = make(names=["k"])
     keys = np.zeros(n, np.int64)                     # every row the same key
     diffs = np.full(n, (2**63 - 1) // (n - 1), np.int64)
-    inp.update(keys, time=0, diff=diffs)
-    inp.advance_to(1)
     with pytest.raises(OverflowError, match="sum outside int64"):
-        df.run()
+        inp.update(keys, time=0, diff=diffs)
+    assert not inp._buffer
