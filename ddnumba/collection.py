@@ -568,8 +568,16 @@ class Arranged:
         return self._collection
 
     def join(self, other, *, key=None):
-        """Join with another collection or arrangement (same key width)."""
-        kw = self.kw if key is None else key
+        """Join with another collection or arrangement on this arrangement's key.
+
+        ``key`` may be given only as this arrangement's key (its width or its column
+        names); ``ValueError`` otherwise, before anything is built.
+        """
+        kw = self.kw if key is None else _key_width(key, self.names, "join")
+        if kw != self.kw:
+            raise ValueError(f"join: this arrangement is keyed by {self.kw} column(s) "
+                             f"{self.names[:self.kw]}; key={key!r} asks for {kw} "
+                             f"(arrange by that key instead)")
         right = self._collection._as_arranged(other, kw, "join")
         names = _dedupe(self.names + right.names[right.kw:])
         node = JoinNode(self._node.scope, self._node, right._node, names)

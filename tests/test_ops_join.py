@@ -283,3 +283,22 @@ def test_two_hop_join(time_dims, data):
         return O.ref_distinct(paths)
 
     check(build, ref, [(["src", "dst"], e)], time_dims)
+
+
+def test_arranged_join_key_must_be_the_arrangements():
+    """``Arranged.join(key=)`` accepts only the arrangement's own key; another is
+    refused before any operator is added (it used to arrange ``other`` first)."""
+    df = dd.Dataflow()
+    ai, a = df.new_input(["k", "x"])
+    bi, b = df.new_input(["k", "y"])
+    arr = a.arrange_by_key(key=1)
+    before = len(list(df.root.all_nodes()))
+    with pytest.raises(ValueError, match=r"keyed by 1 column\(s\) \['k'\]; key=2"):
+        arr.join(b, key=2)
+    assert len(list(df.root.all_nodes())) == before
+    out = arr.join(b, key=["k"]).capture()
+    ai.insert([1], [10], time=0)
+    bi.insert([1], [20], time=0)
+    ai.close(); bi.close()
+    df.run()
+    assert out.updates().to_pylist() == [{"k": 1, "x": 10, "y": 20, "time": 0, "diff": 1}]
