@@ -678,13 +678,30 @@ def test_captured_and_probe_times_must_be_integers(bad):
     inp.insert([1, 2], [3, 4], time=[0, 1])
     inp.advance_to(3)
     df.run()
-    for f in (cap.at, cap.done, cap.compact, probe.done):
+    for f in (cap.at, cap.accumulate, cap.done, cap.compact, probe.done):
         with pytest.raises(TypeError, match="is not integer"):
             f(bad)
     assert cap.since is None                      # nothing was compacted
     assert_collection_equal(cap.at(1), {(1, 3): 1, (2, 4): 1})
     assert_collection_equal(cap.at(np.int32(0)), {(1, 3): 1})
     assert cap.done(np.uint8(2)) and probe.done([2]) and not probe.done(3)
+
+
+def test_captured_accumulate_refuses_times_before_its_compaction():
+    # accumulate skips at()'s completeness check, not the compaction's: before the
+    # time compacted to, the changes that told those times apart are gone.
+    df, inp, c = make()
+    cap = c.capture()
+    inp.insert([1, 2], [3, 4], time=[0, 3])
+    inp.advance_to(2)
+    df.run()
+    rows, counts = cap.accumulate(5)          # not complete: what is captured so far
+    assert sorted(map(tuple, rows.tolist())) == [(1, 3), (2, 4)]
+    cap.compact(1)
+    with pytest.raises(ValueError, match=r"accumulate\(0\): the capture was compacted"):
+        cap.accumulate(0)
+    rows, counts = cap.accumulate(1)
+    assert rows.tolist() == [[1, 3]] and counts.tolist() == [1]
 
 
 def test_captured_time_beyond_int64():

@@ -445,14 +445,29 @@ class Captured:
         t = self._complete_time(time, "Captured.at",
                                 "the capture was compacted to {}; only times at or "
                                 "after it can be read" + auto)
-        data, counts = self.accumulate(t)
+        data, counts = self._accumulate(t)
         return collection_table(data, counts, self._node.names)
 
     def accumulate(self, time):
-        """``(rows, counts)`` of the collection at ``time`` (no completeness check):
-        one pass over the consolidated updates, which are sorted by row already."""
+        """``(rows, counts)`` of the collection at ``time``, as arrays: one pass over
+        the consolidated updates, which are sorted by row already.
+
+        Unlike :meth:`at` it does not require ``time`` to be complete (a time not yet
+        complete gives what has been captured so far). Raises ``TypeError`` for a
+        time that is not integer, ``ValueError`` for one with the wrong number of
+        coordinates or before the time the capture was compacted to.
+        """
+        t = _as_time(time, self._node.dims, "Captured.accumulate")
+        s = self._node.since
+        if s is not None and not bool(_lattice.in_future(t.reshape(1, -1), s)[0]):
+            where = _fmt_time(s[0]) if len(s) == 1 else _fmt_frontier(s)
+            raise ValueError(f"Captured.accumulate({_fmt_time(t)}): the capture was "
+                             f"compacted to {where}; only times at or after it can be "
+                             f"read")
+        return self._accumulate(t)
+
+    def _accumulate(self, t):
         u = self._node.consolidated()
-        t = np.asarray(time, dtype=_I64).reshape(-1)
         return _consolidate.accumulate_consolidated(u.data, u.times, u.diffs, t)
 
     def __len__(self):
