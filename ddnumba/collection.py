@@ -90,14 +90,17 @@ class Collection:
     # -- basics --------------------------------------------------------------------
     @property
     def arity(self) -> int:
+        """The number of columns."""
         return len(self.names)
 
     @property
     def scope(self):
+        """The scope the collection lives in (the root, or a loop's)."""
         return self._node.scope
 
     @property
     def dataflow(self):
+        """The :class:`~ddnumba.Dataflow` the collection belongs to."""
         return self._node.df
 
     def _new(self, node, names):
@@ -328,9 +331,16 @@ class Collection:
 
     def semijoin(self, other, *, key=1):
         """Rows whose key is in ``other`` (a collection of keys), diff multiplied by the
-        key's count in ``other``."""
+        key's count in ``other``.
+
+        Raises ``TypeError`` unless ``other`` is a Collection (or Arranged), and
+        ``ValueError`` unless it has exactly the key's columns.
+        """
         kw = _key_width(key, self.names, "semijoin")
         other_c = other._collection if isinstance(other, Arranged) else other
+        if not isinstance(other_c, Collection):
+            raise TypeError(f"semijoin: expected a Collection or Arranged, got "
+                            f"{type(other).__name__}")
         if other_c.arity != kw:
             raise ValueError(f"semijoin: other must have exactly {kw} key column(s), "
                              f"has {other_c.names}")
@@ -357,7 +367,15 @@ class Collection:
 
         ``logic`` must be a ``numba.njit`` function; it sees the key's rows with non-zero
         accumulated counts. ``names`` names the output (key columns, then outputs).
+
+        Raises ``TypeError`` when ``logic`` is not an ``@njit`` function, does not
+        compile for ``(int64[n, vw], int64[n])`` or does not return two integer
+        arrays, and ``ValueError`` when ``names`` has fewer names than key columns.
+        An output count overflowing int64 raises ``OverflowError`` in ``run()``.
         """
+        if not hasattr(logic, "py_func"):
+            raise TypeError(f"reduce: logic must be a numba @njit function, got "
+                            f"{type(logic).__name__} (decorate it with numba.njit)")
         kw = _key_width(key, self.names, "reduce")
         names = [names] if isinstance(names, str) else list(names)
         ow = len(names) - kw
@@ -373,7 +391,13 @@ class Collection:
                             "count", fast=("count", 0), spec=("count", 0))
 
     def sum(self, col, *, key=1, name=None):
-        """``(key..., sum)`` of ``col * count`` over each key's rows."""
+        """``(key..., sum)`` of ``col * count`` over each key's rows.
+
+        ``col`` is a value column's name or its index among the value columns; the
+        output column is ``name`` (default ``sum_<col>``). Raises ``ValueError`` when
+        there is no value column or ``col`` is not one; a sum overflowing int64
+        raises ``OverflowError`` in ``run()``.
+        """
         kw = _key_width(key, self.names, "sum")
         c = self._value_col(col, kw, "sum")
         return self._reduce(kw, _reduce_ops.logic_sum(c), 1,
@@ -381,7 +405,12 @@ class Collection:
                             fast=("sum", c), spec=("sum", c))
 
     def min(self, col=None, *, key=1, name=None):
-        """``(key..., min)`` of ``col`` over rows with positive count."""
+        """``(key..., min)`` of ``col`` over rows with positive count.
+
+        ``col`` (default: the first value column) is a value column's name or index;
+        the output column is ``name`` (default ``min_<col>``). Raises ``ValueError``
+        when there is no value column or ``col`` is not one.
+        """
         kw = _key_width(key, self.names, "min")
         c = self._value_col(col, kw, "min")
         return self._reduce(kw, _reduce_ops.logic_min(c), 1,
@@ -389,7 +418,10 @@ class Collection:
                             spec=("min", c))
 
     def max(self, col=None, *, key=1, name=None):
-        """``(key..., max)`` of ``col`` over rows with positive count."""
+        """``(key..., max)`` of ``col`` over rows with positive count.
+
+        As :meth:`min`, with the largest value (default name ``max_<col>``).
+        """
         kw = _key_width(key, self.names, "max")
         c = self._value_col(col, kw, "max")
         return self._reduce(kw, _reduce_ops.logic_max(c), 1,
@@ -465,8 +497,11 @@ class Collection:
         ``body`` receives the loop variable (a collection with one more time coordinate,
         the iteration) and returns the next value. Outer collections used inside are
         entered automatically. ``max_iterations`` raises
-        :class:`~ddnumba.operators.iterate.IterationLimitError` if the loop has not
-        converged after that many rounds.
+        :class:`~ddnumba.operators.iterate.IterationLimitError` (in ``run()``) if the
+        loop has not converged after that many rounds; without it, a loop still
+        changing at iteration 10,000 warns once. ``name`` names the loop in messages.
+        Raises ``TypeError`` when ``body`` does not return a Collection (the loop is
+        then discarded: the dataflow stays usable).
 
         Examples
         --------
@@ -558,13 +593,16 @@ class Arranged:
 
     @property
     def arity(self):
+        """The number of columns (key and values)."""
         return len(self.names)
 
     @property
     def spine(self):
+        """The arrangement's trace (a :class:`~ddnumba.trace.Spine`; Python engine)."""
         return self._node.spine
 
     def as_collection(self) -> Collection:
+        """The collection that was arranged."""
         return self._collection
 
     def join(self, other, *, key=None):

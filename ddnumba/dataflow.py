@@ -276,6 +276,16 @@ class InputHandle:
         or one ``pyarrow.Table``/``RecordBatch`` with the input's column names (and
         optionally ``time`` or ``time_0..`` and ``diff`` columns). A table with a
         ``diff`` column takes no ``diff`` argument (nor :meth:`remove`).
+
+        Nothing of a refused call is kept. Raises
+        ``RuntimeError`` when the input is closed; ``TypeError`` for data, times or
+        diffs that are not integers (floats, strings, ``None`` are not truncated or
+        parsed); ``ValueError`` for a wrong number of columns or of times, columns of
+        different lengths, no time, a negative time, a time not ``>=`` the frontier
+        or with a coordinate 2**63 - 1, table time columns that do not fit
+        ``time_dims``, or a table's ``diff`` column with ``diff=``; and
+        ``OverflowError`` for values beyond int64 or diffs that, with those fed
+        before them, sum outside int64 for one row at one time.
         """
         if self.closed:
             raise RuntimeError(f"{self._label}: the input is closed; no more updates "
@@ -332,6 +342,10 @@ class InputHandle:
         times, ``[n, time_dims]``, after which updates may arrive at times ``>=`` any
         of them. A time with a coordinate ``2**63 - 1`` (the end of time) admits no
         update, so advancing to it (or to an empty antichain) closes the input.
+
+        Raises ``RuntimeError`` when the input is closed, ``ValueError`` for a move
+        backward (the new frontier must be ``>=`` the old one) or a time of the
+        wrong shape, ``TypeError`` for a time that is not integer.
         """
         if self.closed:
             raise RuntimeError(f"{self._label}: advance_to on a closed input")
@@ -582,6 +596,12 @@ class Dataflow:
         :mod:`ddnumba.kernels.seqloop`; other loops run round-wise). Defaults to
         ``DDNUMBA_LOOPS``, else ``"sequential"``. Results are identical.
 
+    Raises ``ValueError`` for a ``time_dims``, ``workers``, ``engine`` or ``loops``
+    that is not one of the above, and for ``engine="native"`` with ``workers > 1``.
+    Whether the native engine applies to the graph is only known at the first
+    :meth:`run`, which raises ``ValueError`` saying why when ``engine="native"``
+    does not (``"auto"`` then runs the Python engine).
+
     Examples
     --------
     >>> import ddnumba as dd
@@ -649,14 +669,62 @@ class Dataflow:
         """Build a loop with several (mutually recursive) variables.
 
         ``build(loop)`` receives a :class:`~ddnumba.operators.iterate.Loop`; it creates
-        variables with ``loop.variable(source)``, sets them, and returns the collection (or
-        tuple of collections) to take out of the loop. Returns them left.
+        variables with ``loop.variable(source)`` (a
+        :class:`~ddnumba.operators.iterate.Variable`: its ``.collection`` is the
+        variable's value inside the loop, starting from ``source``, and
+        ``.set(result)`` makes ``result`` its next iteration's value), sets every
+        one, and returns the collection (or tuple of collections) to take out of the
+        loop; ``loop.enter(c)`` brings an outer collection in (using it inside does
+        so too). Returns them left. ``max_iterations`` and ``name`` are as for
+        :meth:`Collection.iterate`.
+
+        Examples
+        --------
+        Nodes at an even and at an odd number of steps from the roots, two variables
+        defined by each other:
+
+        >>> import ddnumba as dd
+        >>> df = dd.Dataflow()
+        >>> ri, roots = df.new_input(["node"]); ei, edges = df.new_input(["src", "dst"])
+        >>> def build(loop):
+        ...     even = loop.variable(roots)
+        ...     odd = loop.variable(roots.filter(lambda n: n < 0))    # starts empty
+        ...     step = lambda x: x.join(edges).map(lambda n, d: d, names=["node"])
+        ...     even.set(step(odd.collection).concat(roots).distinct())
+        ...     odd.set(step(even.collection).distinct())
+        ...     return even.collection, odd.collection
+        >>> even, odd = df.iterative(build)
+        >>> ce, co = even.capture(), odd.capture()
+        >>> ri.insert([1], time=0); ei.insert([1, 2, 3], [2, 3, 4], time=0)
+        >>> ri.close(); ei.close(); df.run()
+        >>> sorted(ce.at(0).column("node").to_pylist()), sorted(co.at(0).column("node").to_pylist())
+        ([1, 3], [2, 4])
         """
         from ddnumba.operators.iterate import build_loop
         return build_loop(self.root, build, max_iterations=max_iterations, name=name)
 
     def run(self):
-        """Process every update at a time the input frontiers have closed."""
+        """Process every update at a time the input frontiers have closed.
+
+        Raises
+        ------
+        OverflowError
+            A diff sum, join product or aggregate overflowing int64 (the message
+            names the run, the times each input was fed and the frontier).
+        IterationLimitError
+            A loop with ``max_iterations`` that has not converged.
+        ValueError
+            ``engine="native"`` that does not apply to this dataflow, or a
+            ``DDNUMBA_LOOPS`` value that is not a loop mode.
+        WorkerError
+            With workers: an error raised in a worker process, with its traceback.
+        RuntimeError
+            After an earlier ``run()`` raised part-way (the operators' states no
+            longer agree: build a new dataflow), or after :meth:`close`.
+
+        Any exception raised by a user function (``map``, ``filter``, ...) passes
+        through, and also fails the dataflow for later runs.
+        """
         if self._failed is not None:
             raise RuntimeError(f"this dataflow failed in an earlier run() "
                                f"({self._failed}); build a new one") from None

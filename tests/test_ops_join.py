@@ -302,3 +302,12 @@ def test_arranged_join_key_must_be_the_arrangements():
     ai.close(); bi.close()
     df.run()
     assert out.updates().to_pylist() == [{"k": 1, "x": 10, "y": 20, "time": 0, "diff": 1}]
+
+
+def test_semijoin_other_must_be_a_collection_of_keys():
+    df = dd.Dataflow()
+    ai, a = df.new_input(["k", "x"])
+    with pytest.raises(TypeError, match="semijoin: expected a Collection"):
+        a.semijoin([1, 2])
+    with pytest.raises(ValueError, match="exactly 1 key column"):
+        a.semijoin(a)

@@ -440,6 +440,12 @@ def test_user_logic_must_return_integer_arrays(engine):
                         (_only_raises, "none")]:
         with pytest.raises(TypeError, match=rf"logic '{logic.__name__}'.*{what}"):
             c.reduce(logic, names=["k", "o"])
+    # A plain Python function: a TypeError saying to njit it (was a ValueError
+    # naming an internal helper).
+    with pytest.raises(TypeError, match=r"reduce: logic must be a numba @njit"):
+        c.reduce(_int32_out.py_func, names=["k", "o"])
+    with pytest.raises(ValueError, match=r"must include the 1 key column"):
+        c.reduce(_int32_out, names=[])
     out = c.reduce(_int32_out, names=["k", "o"]).capture()
     i.insert([1, 1, 2], [5, 3, 7], time=0)
     i.advance_to(1)

@@ -14,6 +14,7 @@ __all__ = ["time_names", "updates_to_table", "collection_table", "count_name"]
 
 
 def time_names(dims):
+    """The time column names for ``dims`` coordinates: ``time``, or ``time_0..``."""
     return ["time"] if dims == 1 else [f"time_{i}" for i in range(dims)]
 
 

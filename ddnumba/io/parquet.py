@@ -650,6 +650,16 @@ def write_changes(data, path, *, new=False, encoder=None, types=None, overwrite=
     Post: the file holds the rows sorted by time, with decoded columns, ``time`` or
     ``time_i`` and ``diff``; it appears atomically (a failed write leaves no file, not
     even a partial one, and an existing file is untouched).
+
+    Raises
+    ------
+    FileExistsError
+        The file path exists and ``overwrite`` is False.
+    TypeError
+        ``new=True`` with a table, or ``data`` neither a ``Captured`` nor a table.
+    ValueError
+        A ``timestamp[ns]`` value that needs nanoseconds (outputs are written in
+        microseconds, Spark's unit).
     """
     table, default_encoder = _as_table(data, new)
     if new and table.num_rows == 0:
@@ -848,6 +858,12 @@ def feed(input_handle, path, columns=None, **kwargs) -> int:
     encoder to the dataflow's), updates the input batch by batch, advances its frontier
     as times complete, runs the dataflow after each batch and closes the input at the
     end. Keyword options are those of :func:`feed_all`. Returns the number of rows fed.
+
+    Raises ``FileNotFoundError`` for a missing path, :class:`ChangeFileError` (a
+    ``ValueError`` naming the file and column) for a file that cannot be read or
+    whose rows the input refuses, times going backwards across files included,
+    ``NullError`` for nulls, and ``ValueError`` for ``on_run`` with ``run=False``;
+    errors of the dataflow's ``run()`` pass through.
 
     Examples
     --------

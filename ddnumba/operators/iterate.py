@@ -319,9 +319,12 @@ class Loop:
         return Variable(self.scope, source)
 
     def enter(self, collection):
+        """``collection`` (from an enclosing scope) as a collection of this loop,
+        constant over its iterations."""
         return self.scope.import_collection(collection)
 
     def iterative(self, build, *, max_iterations=None, name=None):
+        """A loop nested in this one (see :meth:`Dataflow.iterative`)."""
         return build_loop(self.scope, build, max_iterations=max_iterations, name=name)
 
 

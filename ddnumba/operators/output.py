@@ -285,6 +285,7 @@ class Captured:
 
     @property
     def names(self):
+        """The captured collection's column names."""
         return list(self._node.names)
 
     @property
@@ -409,8 +410,8 @@ class Captured:
 
         Once called, it keeps every later update until the next call, so call it
         after every run (or every few). A self-compacting capture warns
-        (``RuntimeWarning``) when updates have waited 1,000 runs and outnumber four
-        times what its last compaction kept plus ``COMPACT_MIN``.
+        (``RuntimeWarning``) when updates have waited 1,000 runs and outnumber
+        ``4 * (kept + COMPACT_MIN)``, ``kept`` being what its last compaction kept.
 
         Examples
         --------
@@ -492,8 +493,11 @@ class Probe:
 
     @property
     def frontier(self):
+        """Times in the future of this antichain may still change."""
         return self._node.frontier.copy()
 
     def done(self, time) -> bool:
+        """True when no more output at times ``<= time`` can appear (``TypeError``
+        for a time that is not integer, ``ValueError`` for a wrong shape)."""
         t = _as_time(time, self._node.dims, "Probe.done")
         return not bool(_lattice.in_future(t.reshape(1, -1), self._node.frontier)[0])
