@@ -150,8 +150,10 @@ class Collection:
         """Apply a vectorised function to every row.
 
         ``f(*columns)`` receives one read-only int64 array per column and returns a tuple
-        of columns (or one array). ``names`` names the output columns (default: the
-        input's names when the arity is unchanged, else ``c0, c1, ...``).
+        of columns (or one array). ``names`` names the output columns (default: when
+        ``f`` returns input columns themselves, as ``lambda k, v: (v, k)`` does, their
+        names; else the input's names when the arity is unchanged, else ``c0, c1,
+        ...``).
 
         Examples
         --------
@@ -172,7 +174,20 @@ class Collection:
             self._check_probe(f, arity, "map",
                               "names give" if names is not None else "arity is")
         out_names = self._names_for(arity, names, "map")
-        return self._new(_linear.MapNode(self.scope, self._node, f, arity), out_names)
+        node = _linear.MapNode(self.scope, self._node, f, arity)
+        if names is None:
+            # A map returning input columns themselves (a reordering or selection)
+            # keeps their names: ``lambda k, v: (v, k)`` is named ``v, k``.
+            cols = node.projection()
+            if cols is not None:
+                out_names, seen = [], set()
+                for i in cols:
+                    n, k = self.names[i], 1
+                    while n in seen:
+                        n, k = f"{self.names[i]}_{k}", k + 1
+                    seen.add(n)
+                    out_names.append(n)
+        return self._new(node, out_names)
 
     def _columns_said(self):
         return (f"the {self.arity} column(s) {self.names}" if self.arity

@@ -92,6 +92,12 @@ def test_map_names():
     _, one = df.new_input(["x"])
     assert one.map(widen).names == ["c0", "c1", "c2"]
     assert one.map(widen, names=["p", "q", "r"]).arity == 3
+    # Returning input columns themselves (a reordering or selection): their names.
+    assert c.map(lambda k, v: (v, k)).names == ["v", "k"]
+    assert c.map(lambda k, v: v).names == ["v"]
+    assert c.map(lambda k, v: (k, v, k)).names == ["k", "v", "k_1"]
+    assert c.map(lambda k, v: (v, k), names=["a", "b"]).names == ["a", "b"]
+    assert c.map(lambda k, v: (v + 0, k)).names == ["k", "v"]   # computed: as before
 
 
 # ------------------------------------------------------------------------- filter
