@@ -618,6 +618,7 @@ class Dataflow:
                 or time_dims < 1:
             raise ValueError(f"Dataflow: time_dims must be an integer >= 1, got "
                              f"{time_dims!r}")
+        from_env = workers is None and "DDNUMBA_WORKERS" in os.environ
         if workers is None:
             workers = os.environ.get("DDNUMBA_WORKERS", "1")
         w = workers
@@ -625,7 +626,7 @@ class Dataflow:
             w = int(w.strip())
         if isinstance(w, bool) or not isinstance(w, numbers.Integral) or w < 1:
             raise ValueError(f"Dataflow: workers must be a positive integer, got "
-                             f"{workers!r}")
+                             f"{workers!r}" + (" (from DDNUMBA_WORKERS)" if from_env else ""))
         self.time_dims = int(time_dims)
         self.workers = int(w)
         from ddnumba.native import ENGINES
@@ -634,8 +635,10 @@ class Dataflow:
             raise ValueError(f"Dataflow: engine must be one of {ENGINES}, got {engine!r}")
         if engine == "native" and self.workers != 1:
             raise ValueError(f"Dataflow(engine='native'): not supported: workers="
-                             f"{self.workers} (worker processes run the Python engine; "
-                             f"use engine='auto' or 'python')")
+                             f"{self.workers}" + (" (from DDNUMBA_WORKERS)" if from_env
+                                                  else "") +
+                             " (worker processes run the Python engine; use "
+                             "engine='auto' or 'python', or workers=1)")
         self.engine = engine
         from ddnumba.native import LOOP_MODES
         if loops is not None and loops not in LOOP_MODES:
@@ -776,6 +779,13 @@ class Dataflow:
             return value
         return self.cluster.allreduce_min(value)
 
+    def _sink_nodes(self):
+        """The captures and probes (fixed once workers run, so computed once)."""
+        if getattr(self, "_sinks", None) is None:
+            from ddnumba.operators.output import SinkNode
+            self._sinks = [n for n in self.root.all_nodes() if isinstance(n, SinkNode)]
+        return self._sinks
+
     def _capture_nodes(self):
         # The graph is fixed once workers run, so the list is computed once.
         if self._captures is None:
@@ -786,11 +796,18 @@ class Dataflow:
 
     def _run_workers(self):
         from ddnumba import workers as _workers
-        drained = [h._drain() for h in self.inputs]
         if self.cluster is None:
+            # Before draining: if the workers cannot start (no memory to fork, a
+            # process or file limit), the input stays buffered for another try.
             self.cluster = _workers.start(self)
+        drained = [h._drain() for h in self.inputs]
         cl = self.cluster
         W = self.workers
+        # The sinks' frontiers before the run: if a worker fails after the driver's
+        # own pass, the driver's captures and probes hold only its shard, so they
+        # must not claim the run's times complete.
+        sinks = self._sink_nodes()
+        before = [n.frontier for n in sinks]
         try:
             cl.seq += 1
             cuts = [None if u is None else np.linspace(0, len(u), W + 1).astype(np.int64)
@@ -815,8 +832,11 @@ class Dataflow:
                     node = caps[idx]
                     node.add(cl.blocks.read(r, desc, node.arity, node.dims))
         except BaseException as e:
+            for n, f in zip(sinks, before):
+                n.frontier = f
             err = _workers.fail(cl, e)
-            self._failed = err or e
+            x = err or e
+            self._failed = f"{type(x).__name__}: {str(x).splitlines()[0] if str(x) else ''}"
             if err is None:
                 raise
             raise err from None

@@ -32,10 +32,13 @@ The dataflow cannot be used again; build a new one.
 """
 from __future__ import annotations
 
+import errno
 import glob
 import itertools
 import os
+import shutil
 import signal
+import sys
 import time
 import traceback
 import weakref
@@ -102,6 +105,39 @@ def _unlink(name):
         pass
 
 
+class SharedMemoryFull(OSError):
+    """``/dev/shm`` has no room for an exchange block."""
+
+
+def _reserve(shm, size):
+    """Make ``shm``'s pages real now: a block is a sparse file in ``/dev/shm``, and
+    writing past the room left there kills the process with SIGBUS instead of
+    raising. ``posix_fallocate`` fails with ENOSPC instead (the block is then
+    removed)."""
+    fallocate = getattr(os, "posix_fallocate", None)
+    if fallocate is None or getattr(shm, "_fd", -1) < 0:     # pragma: no cover
+        return
+    try:
+        fallocate(shm._fd, 0, size)
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.ENOMEM, errno.EFBIG):
+            if e.errno in (errno.EOPNOTSUPP, errno.EINVAL):   # pragma: no cover
+                return
+            raise
+        try:
+            free = shutil.disk_usage("/dev/shm").free
+        except OSError:                                       # pragma: no cover
+            free = None
+        shm.close()
+        _unlink(shm.name)
+        raise SharedMemoryFull(
+            e.errno, f"workers: no room in shared memory (/dev/shm) for a "
+            f"{size / 2**20:.1f} MiB exchange block"
+            + (f" ({free / 2**20:.1f} MiB free)" if free is not None else "")
+            + "; enlarge /dev/shm (in Docker: --shm-size), feed smaller batches per "
+            "run(), or use fewer workers") from None
+
+
 def remove_blocks(prefix):
     """Unlink every shared-memory block whose name starts with ``prefix``."""
     for name in _shm_names(prefix):
@@ -154,6 +190,7 @@ class Blocks:
             name = f"{self.prefix}{self.rank}_{next(self.count)}"
             shm = SharedMemory(name=name, create=True, size=size)
             _untrack(shm._name)
+            _reserve(shm, size)
             self.own[slot] = shm
         buf = pa.py_buffer(shm.buf)
         sink = pa.FixedSizeBufferWriter(buf)
@@ -422,6 +459,10 @@ def _child_main(df, r, W, prefix, pipes):
     except _PeerLost as e:
         code = 1
         _report(cl, r, "WorkerLost", f"lost contact with worker {e.peer}", "")
+        if e.peer == 0 and os.getppid() != _driver_pid(prefix):
+            # The driver died (killed, or os._exit) without removing its blocks,
+            # and nobody else will: they would stay in /dev/shm until a reboot.
+            remove_blocks(f"{prefix}0_")
     except _RemoteError:
         code = 1
     except BaseException as e:  # noqa: BLE001 - everything goes to the driver
@@ -431,7 +472,22 @@ def _child_main(df, r, W, prefix, pipes):
         try:
             cl.close()
         finally:
+            # os._exit skips the interpreter's exit, so flush what user functions
+            # printed here (buffered when stdout is a file or a pipe).
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except Exception:  # noqa: BLE001 - a closed or broken stream
+                    pass
             os._exit(code)
+
+
+def _driver_pid(prefix):
+    """The driver's process id, from a block prefix ``ddn<pid>_<n>_``."""
+    try:
+        return int(prefix[3:].split("_", 1)[0])
+    except ValueError:                                        # pragma: no cover
+        return -1
 
 
 def _report(cl, r, kind, text, tb):
