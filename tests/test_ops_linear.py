@@ -329,3 +329,19 @@ def test_user_functions_that_fit_are_accepted(build, expect):
     inp.close()
     df.run()
     assert sorted(r["s"] for r in out.updates().to_pylist()) == expect
+
+
+def test_building_a_map_warns_nothing_about_made_up_rows():
+    # The selection probe calls f on made-up rows; a division by zero there is not
+    # the user's data, and used to print a RuntimeWarning when the map was built.
+    import warnings
+    df = dd.Dataflow()
+    inp, c = df.new_input(KV)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = c.map(lambda k, v: k // (v * 0 + 1) + v * 0).capture()
+        c.map(lambda k, v: k // (v * 0))
+    inp.insert([6], [2], time=0)
+    inp.close()
+    df.run()
+    assert out.updates().to_pylist() == [{"c0": 6, "time": 0, "diff": 1}]
