@@ -337,10 +337,12 @@ def test_building_a_map_warns_nothing_about_made_up_rows():
     import warnings
     df = dd.Dataflow()
     inp, c = df.new_input(KV)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
         out = c.map(lambda k, v: k // (v * 0 + 1) + v * 0).capture()
-        c.map(lambda k, v: k // (v * 0))
+        # (in a dataflow of its own: run on real rows it would warn, rightly)
+        dd.Dataflow().new_input(KV)[1].map(lambda k, v: k // (v * 0))
+    assert not [str(w.message) for w in seen]
     inp.insert([6], [2], time=0)
     inp.close()
     df.run()
