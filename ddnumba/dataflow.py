@@ -322,13 +322,17 @@ class InputHandle:
         if bound > _I64_MAX:
             both = Updates.concat(self._buffer + [upd], len(self.names), self.dims)
             try:
-                both.consolidated()
+                both = both.consolidated()
             except OverflowError:
                 raise OverflowError(f"{self._label}: with the updates fed before it, "
                                     f"this batch's diffs for one row at one time sum "
                                     f"outside int64 (refused; nothing of it is kept)"
                                     ) from None
-            self._buffer = [both]     # (one batch now, which holds this one)
+            # One consolidated batch now, which holds this one, and its own bound
+            # (so later batches need not sum it again unless it is still large).
+            self._buffer = [both]
+            d = both.diffs
+            bound = len(d) * (max(int(d.max()), -int(d.min())) if len(d) else 0)
         else:
             self._buffer.append(upd)
         self._bound = bound
