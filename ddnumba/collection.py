@@ -152,10 +152,10 @@ class Collection:
         ``f(*columns)`` receives one read-only int64 array per column and returns a tuple
         of columns (or one array). It should be pure and work row by row: it is also
         called on empty and on a few made-up columns when the map is built (to learn
-        its width and whether it only selects columns, which then run without it). ``names`` names the output columns (default: when
-        ``f`` returns input columns themselves, as ``lambda k, v: (v, k)`` does, their
-        names; else the input's names when the arity is unchanged, else ``c0, c1,
-        ...``).
+        its width and whether it only selects columns, which then run without it).
+        ``names`` names the output columns (default: when ``f`` returns input columns
+        themselves, as ``lambda k, v: (v, k)`` does, their names; else the input's
+        names when the arity is unchanged, else ``c0, c1, ...``).
 
         Examples
         --------

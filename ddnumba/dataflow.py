@@ -379,8 +379,9 @@ class InputHandle:
         try:
             a = np.asarray(time) if not isinstance(time, np.ndarray) else time
         except ValueError:
-            raise ValueError(f"{self._label}: advance_to: {time!r} is neither a time nor "
-                             f"a list of times of time_dims={self.dims} coordinates") from None
+            raise ValueError(f"{self._label}: advance_to: {time!r} is neither a time "
+                             f"nor a list of times of time_dims={self.dims} "
+                             f"coordinates") from None
         if a.size == 0 and a.ndim >= 1:
             return np.empty((0, self.dims), _I64)     # the empty antichain
         if a.ndim == 2 or (a.ndim == 1 and a.dtype == object):
@@ -630,7 +631,8 @@ class Dataflow:
             w = int(w.strip())
         if isinstance(w, bool) or not isinstance(w, numbers.Integral) or w < 1:
             raise ValueError(f"Dataflow: workers must be a positive integer, got "
-                             f"{workers!r}" + (" (from DDNUMBA_WORKERS)" if from_env else ""))
+                             f"{workers!r}"
+                             + (" (from DDNUMBA_WORKERS)" if from_env else ""))
         self.time_dims = int(time_dims)
         self.workers = int(w)
         from ddnumba.native import ENGINES
@@ -704,8 +706,8 @@ class Dataflow:
         >>> ce, co = even.capture(), odd.capture()
         >>> ri.insert([1], time=0); ei.insert([1, 2, 3], [2, 3, 4], time=0)
         >>> ri.close(); ei.close(); df.run()
-        >>> sorted(ce.at(0).column("node").to_pylist()), sorted(co.at(0).column("node").to_pylist())
-        ([1, 3], [2, 4])
+        >>> [sorted(c.at(0).column("node").to_pylist()) for c in (ce, co)]
+        [[1, 3], [2, 4]]
         """
         from ddnumba.operators.iterate import build_loop
         return build_loop(self.root, build, max_iterations=max_iterations, name=name)
