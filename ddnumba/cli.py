@@ -32,9 +32,11 @@
     output names to ``{column: pyarrow type}`` for columns whose names do not match an
     input column.
 
-Exit status: 0 on success, 1 when the demo's check finds a mismatch, 2 for bad usage or
-bad input (one line on stderr: ``ddnumba: error: ...``, then a ``ddnumba: note: ...``
-line per output left incomplete by an error part-way), 130 when interrupted.
+Exit status: 0 on success, 1 when the demo's check finds a mismatch or a query file's
+own code raises (with its traceback), 2 for bad usage or bad input (one line on
+stderr: ``ddnumba: error: ...``), 130 when interrupted. After an error part-way a
+``ddnumba: note: ...`` line says what each output was left as: incomplete, or (with
+``--overwrite``, which swaps a new output in only when the run completes) as it was.
 """
 from __future__ import annotations
 
@@ -100,7 +102,10 @@ def _parser():
         "  count                 input/          -> count/ (<key column>, count)\n"
         "  join                  left/, right/   -> join/ (key, left..., right...)\n"
         "  FILE.py               build(df) -> (inputs, outputs): one directory per "
-        "name\n\nexit status: 0 ok, 2 bad usage or bad input, 130 interrupted")
+        "name\n\nexit status: 0 ok, 1 an error in a query file's code (traceback), 2 bad "
+        "usage or bad input, 130 interrupted\n\nEach command reads its inputs from the "
+        "start: rerunning after more input files arrive recomputes every output "
+        "(with --overwrite, which replaces an output only once the run completes).")
     r.add_argument("query", metavar="QUERY",
                    help=f"one of {', '.join(BUILTIN_QUERIES)}, or a Python file "
                    f"defining build(df)")
@@ -243,7 +248,43 @@ def _user_query(path, df):
             and isinstance(res[1], dict)):
         raise UsageError(f"{path}: build(df) must return (inputs, outputs), two dicts "
                          f"from names to input handles and to collections")
-    return res[0], res[1], getattr(mod, "TYPES", {}) or {}
+    from ddnumba.dataflow import InputHandle
+    for kind, d in (("input", res[0]), ("output", res[1])):
+        for name in d:
+            _check_name(path, kind, name)
+    for name, h in res[0].items():
+        if not isinstance(h, InputHandle):
+            raise UsageError(f"{path}: input {name!r} must be an input handle (the "
+                             f"first of df.new_input's pair), got {type(h).__name__}")
+        if h.df is not df:
+            raise UsageError(f"{path}: input {name!r} belongs to another Dataflow than "
+                             f"the df build() was given (--workers and --time-dims "
+                             f"apply to that one)")
+    types = getattr(mod, "TYPES", {}) or {}
+    import pyarrow as pa
+    if not isinstance(types, dict) or not all(
+            isinstance(v, dict) and all(isinstance(t, pa.DataType) for t in v.values())
+            for v in types.values()):
+        raise UsageError(f"{path}: TYPES must map output names to {{column: pyarrow "
+                         f"type}} dicts (e.g. {{'out': {{'name': pa.string()}}}})")
+    return res[0], res[1], types
+
+
+def _check_name(path, kind, name):
+    """An input or output name is a directory under --input/--output, given
+    relative to it: ``..`` or an absolute name would read, or with --overwrite
+    replace, files elsewhere. An output's parts must not start with '.' or '_'
+    (Parquet readers skip such directories)."""
+    parts = name.replace(os.altsep or "/", "/").split("/") if isinstance(name, str) \
+        else None
+    bad = (parts is None or not name or os.path.isabs(name)
+           or any(p in ("", ".", "..") for p in parts)
+           or (kind == "output" and any(p.startswith((".", "_")) for p in parts)))
+    if bad:
+        raise UsageError(f"{path}: {kind} name {name!r} must be a relative path under "
+                         f"--{kind} (no '..', '.', empty or absolute parts" +
+                         (", none starting with '.' or '_', which readers skip)"
+                          if kind == "output" else ")"))
 
 
 def _check_same_kind(enc, checks, inputs):
@@ -327,16 +368,27 @@ def _run(args):
         # at its own time, however soon the capture compacts (a first run of more
         # than ~65k output updates compacts it before the first part file is written)
         captures[name].new_updates()
-    targets = {}
+    if os.path.exists(args.output) and not os.path.isdir(args.output):
+        raise UsageError(f"{args.output}: --output is a file, not a directory")
+    targets, staged = {}, {}
     for name in captures:
         target = os.path.join(args.output, name)
         _refuse_overlap(target, name, inputs)
-        if os.path.exists(target) and os.listdir(target):
+        if os.path.exists(target) and not os.path.isdir(target):
+            raise UsageError(f"{target}: output {name!r} is a file, not a directory")
+        if os.path.isdir(target) and os.listdir(target):
             if not args.overwrite:
                 raise UsageError(f"{target}: output directory exists and is not empty "
                                  f"(pass --overwrite to replace it)")
-            shutil.rmtree(target)
+            # Written beside it (a hidden name, which readers skip) and swapped in
+            # when the run completes: until then the old output stays whole, and an
+            # error part-way leaves it as it was.
+            staged[name] = os.path.join(args.output,
+                                        f".{name}.ddnumba-new-{os.getpid()}")
+            if os.path.exists(staged[name]):
+                shutil.rmtree(staged[name])
         targets[name] = target
+    dirs = {name: staged.get(name, t) for name, t in targets.items()}
     written = {name: [0, 0] for name in captures}       # updates, part files
 
     def write_new():
@@ -350,7 +402,7 @@ def _run(args):
             for out_col, in_col in from_input.items():
                 if in_col in enc.types and out_col not in out_types:
                     out_types[out_col] = wide.get(in_col, enc.types[in_col])
-            path = write_changes(cap, targets[name], new=True, encoder=enc,
+            path = write_changes(cap, dirs[name], new=True, encoder=enc,
                                  types=out_types)
             if path is not None:
                 written[name][0] += pq.read_metadata(path).num_rows
@@ -363,11 +415,23 @@ def _run(args):
         write_new()
     except BaseException:
         for name in captures:
-            if written[name][1]:
+            if name in staged:
+                shutil.rmtree(staged[name], ignore_errors=True)
+                _NOTES.append(f"{targets[name]} was left as it was (--overwrite "
+                              f"replaces an output only when the run completes)")
+            elif written[name][1]:
                 _NOTES.append(f"{targets[name]} is incomplete: {written[name][1]} part "
                               f"file(s) were written before the error (rerun with "
                               f"--overwrite)")
         raise
+    for name, new in staged.items():
+        old = os.path.join(args.output, f".{name}.ddnumba-old-{os.getpid()}")
+        os.replace(targets[name], old)
+        if os.path.isdir(new):
+            os.replace(new, targets[name])
+        else:                          # nothing was written: an empty output
+            os.makedirs(targets[name])
+        shutil.rmtree(old)
     for name in captures:
         n, k = written[name]
         if k:
@@ -430,9 +494,15 @@ def main(argv=None) -> int:
     except WorkerError as e:
         # The same, found by a worker process (--workers): one line too.
         if e.kind not in ("ValueError", "TypeError", "OverflowError"):
+            _notes()
             raise
         _error(f"{e.kind}: {e.text}")
         return 2
+    except Exception:
+        # An error in a query file's own code (or a bug): its traceback, exit 1,
+        # and what the command left behind.
+        _notes()
+        raise
 
 
 def _error(message):
@@ -441,6 +511,10 @@ def _error(message):
     line = re.sub(r"\border='(\w+)'", r"--order \1", line)
     line = re.sub(r"\btime_dims=(\d+)", r"--time-dims \1", line)
     sys.stderr.write(f"ddnumba: error: {line}\n")
+    _notes()
+
+
+def _notes():
     for note in _NOTES:
         sys.stderr.write(f"ddnumba: note: {note}\n")
     _NOTES.clear()

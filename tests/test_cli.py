@@ -606,3 +606,102 @@ def test_python_dash_m_ddnumba_is_the_command():
     proc = subprocess.run([sys.executable, "-m", "ddnumba", "run", "count"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "--input" in proc.stderr
+
+
+# --------------------------------------------- query files and --overwrite (session 37 QA)
+
+
+def _query(tmp_path, body, name="q.py"):
+    q = tmp_path / name
+    q.write_text("import pyarrow as pa\n" + body)
+    return q
+
+
+def test_query_file_names_and_values_are_checked_before_anything_is_touched(tmp_path,
+                                                                           capsys):
+    inp = tmp_path / "proj" / "in"
+    write(str(inp / "input" / "part-0.parquet"), k=[1, 2], time=[0, 1])
+    precious = tmp_path / "proj" / "precious.txt"
+    precious.write_text("keep me")
+    out = tmp_path / "proj" / "out"
+    os.makedirs(out)
+    cases = {
+        "{'input': i}, {'..': c.distinct()}": "output name '..'",
+        "{'input': i}, {'/tmp/elsewhere': c.distinct()}": "output name '/tmp/elsewhere'",
+        "{'input': i}, {'_hidden': c.distinct()}": "output name '_hidden'",
+        "{'../in/input': i}, {'o': c.distinct()}": "input name '../in/input'",
+        "{'input': c}, {'o': c.distinct()}": "must be an input handle",
+        "{'input': __import__('ddnumba').Dataflow().new_input(['k'])[0]}, "
+        "{'o': c.distinct()}": "belongs to another Dataflow",
+    }
+    for ret, needle in cases.items():
+        q = _query(tmp_path, "def build(df):\n    i, c = df.new_input(['k'])\n"
+                             f"    return {ret}\n")
+        code, _, err = run_cli(["run", q, "--input", inp, "--output", out, "--overwrite",
+                                "--no-progress"], capsys)
+        assert code == 2 and needle in one_line(err), (ret, err)
+        assert precious.read_text() == "keep me" and os.path.isdir(out)
+    for types in ("{'o': {'k': 'string'}}", "[('o', 1)]"):
+        q = _query(tmp_path, "def build(df):\n    i, c = df.new_input(['k'])\n"
+                             "    return {'input': i}, {'o': c.distinct()}\n"
+                             f"TYPES = {types}\n")
+        code, _, err = run_cli(["run", q, "--input", inp, "--output", out,
+                                "--no-progress"], capsys)
+        assert code == 2 and "TYPES must map output names" in one_line(err)
+    # --output (or an output in it) that is a file
+    f = tmp_path / "afile"
+    f.write_text("x")
+    code, _, err = run_cli(["run", "count", "--input", inp, "--output", f,
+                            "--no-progress"], capsys)
+    assert code == 2 and "--output is a file" in one_line(err)
+    (out / "count").write_text("x")
+    code, _, err = run_cli(["run", "count", "--input", inp, "--output", out,
+                            "--no-progress"], capsys)
+    assert code == 2 and "is a file, not a directory" in one_line(err)
+
+
+def test_overwrite_replaces_an_output_only_when_the_run_completes(tmp_path, capsys):
+    inp = tmp_path / "in"
+    write(str(inp / "input" / "part-0.parquet"), k=[1, 2, 2], time=[0, 1, 1])
+    out = tmp_path / "out"
+    code, _, err = run_cli(["run", "count", "--input", inp, "--output", out,
+                            "--no-progress"], capsys)
+    assert code == 0, err
+    before = {f: (out / "count" / f).read_bytes() for f in os.listdir(out / "count")}
+    # a file whose times go backwards: planned late for a query file, after the
+    # old output used to be deleted
+    write(str(inp / "input" / "part-1.parquet"), k=[3], time=[5])
+    write(str(inp / "input" / "part-2.parquet"), k=[3], time=[2])
+    q = _query(tmp_path, "def build(df):\n    i, c = df.new_input(['k'])\n"
+                         "    return {'input': i}, {'count': c.count()}\n")
+    code, _, err = run_cli(["run", q, "--input", inp, "--output", out, "--overwrite",
+                            "--no-progress"], capsys)
+    assert code == 2 and "was left as it was" in err, err
+    assert {f: (out / "count" / f).read_bytes() for f in os.listdir(out / "count")} \
+        == before
+    assert os.listdir(out) == ["count"]                   # no staging left behind
+    # fixed: the new output replaces the old one whole
+    os.remove(inp / "input" / "part-2.parquet")
+    code, _, err = run_cli(["run", q, "--input", inp, "--output", out, "--overwrite",
+                            "--no-progress"], capsys)
+    assert code == 0, err
+    assert os.listdir(out) == ["count"]
+    got = pq.read_table(out / "count")
+    assert accumulate(got, ["k", "count"], 9) == {(1, 1): 1, (2, 2): 1, (3, 1): 1}
+
+
+def test_an_error_in_query_code_part_way_says_what_was_left(tmp_path, capsys):
+    inp = tmp_path / "in"
+    for t in range(3):
+        write(str(inp / "input" / f"part-{t}.parquet"), k=[t], time=[t])
+    q = _query(tmp_path, "def boom(k):\n"
+                         "    if (k == 2).any():\n"
+                         "        raise RuntimeError('user code failed')\n"
+                         "    return k + 0\n"
+                         "def build(df):\n    i, c = df.new_input(['k'])\n"
+                         "    return {'input': i}, {'o': c.map(boom, names=['k'])}\n")
+    with pytest.raises(RuntimeError, match="user code failed"):
+        main(["run", str(q), "--input", str(inp), "--output", str(tmp_path / "out"),
+              "--no-progress"])
+    err = capsys.readouterr().err
+    assert "out/o is incomplete" in err
