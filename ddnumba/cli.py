@@ -154,8 +154,13 @@ def _reader(path, columns, args, enc):
                         order=args.order)
 
 
-def _schema_columns(path, args, enc):
-    """Data column names of a change directory (from its first file)."""
+def _schema_columns(path, args, enc, empty):
+    """Data column names of a change directory (from its first file); ``empty`` for
+    an empty stream (a Spark job's output without rows holds only ``_SUCCESS``),
+    whose columns no file tells."""
+    from ddnumba.io.parquet import list_files
+    if not list_files(path):
+        return list(empty)
     return list(_reader(path, None, args, enc).names)
 
 
@@ -175,8 +180,8 @@ def _builtin(query, df, args, enc):
     root = args.input
     if query == "reachability":
         rp, ep = _input_dir(root, "roots"), _input_dir(root, "edges")
-        rcols = _schema_columns(rp, args, enc)
-        ecols = _schema_columns(ep, args, enc)
+        rcols = _schema_columns(rp, args, enc, ["node"])
+        ecols = _schema_columns(ep, args, enc, ["src", "dst"])
         if len(rcols) != 1:
             raise UsageError(f"{rp}: roots need exactly one data column, found {rcols}")
         if len(ecols) != 2:
@@ -189,7 +194,7 @@ def _builtin(query, df, args, enc):
         node_cols = {"root": rcols[0], "node": rcols[0]}
     elif query == "connected-components":
         ep = _input_dir(root, "edges")
-        ecols = _schema_columns(ep, args, enc)
+        ecols = _schema_columns(ep, args, enc, ["src", "dst"])
         if len(ecols) != 2:
             raise UsageError(f"{ep}: edges need two data columns (src, dst), found "
                              f"{ecols}")
@@ -199,7 +204,8 @@ def _builtin(query, df, args, enc):
         node_cols = {"node": ecols[0], "label": ecols[0]}
     elif query == "count":
         ip = _input_dir(root, "input")
-        cols = _with_key_first(_schema_columns(ip, args, enc), args.key, ip)
+        cols = _with_key_first(_schema_columns(ip, args, enc, [args.key or "key"]),
+                               args.key, ip)
         iin, coll = df.new_input(cols)
         key = cols[0]
         out = {"count": coll.count(name="count" if key != "count" else "count_")}
@@ -209,8 +215,10 @@ def _builtin(query, df, args, enc):
         node_cols = {key: key}
     else:  # join
         lp, rp = _input_dir(root, "left"), _input_dir(root, "right")
-        lcols = _with_key_first(_schema_columns(lp, args, enc), args.key, lp)
-        rcols = _with_key_first(_schema_columns(rp, args, enc), args.key, rp)
+        lcols = _with_key_first(_schema_columns(lp, args, enc, [args.key or "key"]),
+                                args.key, lp)
+        rcols = _with_key_first(_schema_columns(rp, args, enc, [args.key or "key"]),
+                                args.key, rp)
         # The right input's value columns are named as the join output names them
         # (a _right suffix where a left column has the name), so that their types
         # are recorded apart from the left's: left v: string and right v: double are

@@ -705,3 +705,22 @@ def test_an_error_in_query_code_part_way_says_what_was_left(tmp_path, capsys):
               "--no-progress"])
     err = capsys.readouterr().err
     assert "out/o is incomplete" in err
+
+
+def test_an_empty_spark_stream_is_an_input_without_changes(tmp_path, capsys):
+    # A partitioned Spark export of no rows holds only _SUCCESS: reachability with
+    # no root changes runs (nothing is reachable), and count of nothing is empty.
+    inp = tmp_path / "in"
+    os.makedirs(inp / "roots")
+    (inp / "roots" / "_SUCCESS").write_text("")
+    write(str(inp / "edges" / "part-0.parquet"), src=[1, 2], dst=[2, 3], time=[0, 0])
+    code, out, err = run_cli(["run", "reachability", "--input", inp, "--output",
+                              tmp_path / "out", "--no-progress"], capsys)
+    assert code == 0, err
+    assert "reachability: no updates" in out
+    os.makedirs(inp / "input")
+    (inp / "input" / "_SUCCESS").write_text("")
+    code, out, err = run_cli(["run", "count", "--input", inp, "--output",
+                              tmp_path / "out2", "--no-progress"], capsys)
+    assert code == 0, err
+    assert "count: no updates" in out and "read 0 input updates" in out

@@ -434,9 +434,14 @@ def test_times_out_of_order_across_files(tmp_path):
 
 def test_empty_directory_and_missing_path(tmp_path):
     (tmp_path / "empty").mkdir()
-    (tmp_path / "empty" / "_SUCCESS").write_text("")
     with pytest.raises(ChangeFileError, match=r"empty: no Parquet files"):
         read_changes(tmp_path / "empty", ["a"])
+    # A Spark job's output without rows (partitioned, Spark writes only _SUCCESS):
+    # an empty stream, when its columns are known.
+    (tmp_path / "empty" / "_SUCCESS").write_text("")
+    assert list(read_changes(tmp_path / "empty", ["a"])) == []
+    with pytest.raises(ChangeFileError, match=r"empty change stream.*no file to take"):
+        read_changes(tmp_path / "empty")
     with pytest.raises(FileNotFoundError, match="nope"):
         read_changes(tmp_path / "nope", ["a"])
     with pytest.raises(ValueError, match="order must be"):
@@ -601,3 +606,62 @@ def test_feed_all_interleaves_inputs_and_runs(tmp_path):
     assert len(runs) >= 3
     rows = sorted(tuple(r.values()) for r in out.at(2).to_pylist())
     assert rows == sorted((b, v, -b, 1) for b in range(3) for v in (10 * b + 1, 10 * b + 2))
+
+
+# ------------------------------------------------- Spark layouts (session 37 QA)
+
+
+def test_partition_columns_are_read_back_from_directory_names(tmp_path):
+    """Spark's partitionBy keeps a column's value only in ``name=value/``: it is read
+    back from there (an integer column when every value is one, else a string;
+    URL-quoted values unquoted), so a query keyed by it counts by it."""
+    d = tmp_path / "s"
+    write(str(d / "day=2024-01-01" / "hour=9" / "part-0.parquet"), user=["a", "b"],
+          time=[0, 0])
+    write(str(d / "day=2024-01-01" / "hour=10" / "part-0.parquet"), user=["a"],
+          time=[1])
+    write(str(d / "day=2024%2F01%2F02" / "hour=-1" / "part-0.parquet"), user=["c"],
+          time=[2])
+    r = read_changes(d, order="sort")
+    assert r.names == ["user", "day", "hour"]
+    df = dd.Dataflow()
+    inp, c = df.new_input(["day", "hour", "user"])
+    out = c.count().capture()
+    ddpq.feed(inp, d, ["day", "hour", "user"], order="sort")
+    dec = encoder_for(df).decode_table(out.updates())
+    acc = Counter()
+    for row in dec.to_pylist():
+        acc[(row["day"], row["count"])] += row["diff"]
+    assert {k: v for k, v in acc.items() if v} == {("2024-01-01", 3): 1,
+                                                   ("2024/01/02", 1): 1}
+    assert encoder_for(df).types["hour"] == pa.int64()
+    # the partition column can also be renamed or picked alone
+    rows, times, diffs, _ = read_all(read_changes(d, {"h": "hour"}, order="sort"))
+    assert sorted(rows) == [(-1,), (9,), (9,), (10,)]
+    # a time or diff column only in directory names is refused
+    e = tmp_path / "e"
+    write(str(e / "time=0" / "part-0.parquet"), user=["a"])
+    with pytest.raises(ChangeFileError, match="only in the directory name"):
+        read_changes(e, ["user"])
+
+
+def test_links_to_partition_directories_are_followed(tmp_path):
+    d = tmp_path / "s"
+    write(str(d / "batch=0" / "part-0.parquet"), k=[1], time=[0])
+    elsewhere = tmp_path / "elsewhere" / "batch=1"
+    write(str(elsewhere / "part-0.parquet"), k=[2, 3], time=[1, 1])
+    os.symlink(elsewhere, d / "batch=1")
+    os.symlink(d, d / "batch=2")                     # a loop back up: walked once
+    rows, times, diffs, _ = read_all(read_changes(d, ["k"]))
+    assert sorted(rows) == [(1,), (2,), (3,)]
+
+
+def test_negative_partition_values_sort_as_numbers(tmp_path):
+    d = tmp_path / "s"
+    for i, part in enumerate([-2, -1, 0, 3]):
+        write(str(d / f"part={part}" / "f.parquet"), k=[part], time=[i])
+    files = ddpq.list_files(d)
+    assert [os.path.basename(os.path.dirname(f)) for f in files] == [
+        "part=-2", "part=-1", "part=0", "part=3"]
+    rows, _, _, _ = read_all(read_changes(d, ["k"]))         # order='check' passes
+    assert rows == [(-2,), (-1,), (0,), (3,)]

@@ -88,11 +88,13 @@ def _fail(cls, path, column, message):
 
 
 # ------------------------------------------------------------------------ files
-_DIGITS = re.compile(r"(\d+)")
+# numbers, with a sign after '=' (a partition directory part=-2 sorts before part=-1)
+_DIGITS = re.compile(r"((?<==)-\d+|\d+)")
 
 
 def _natural_key(s):
-    return [(0, int(p), "") if p.isdigit() else (1, 0, p) for p in _DIGITS.split(s)]
+    return [(0, int(p), "") if p.lstrip("-").isdigit() else (1, 0, p)
+            for p in _DIGITS.split(s)]
 
 
 def _hidden(name):
@@ -102,11 +104,19 @@ def _hidden(name):
 def list_files(path_or_paths) -> list[str]:
     """The data files of a change stream, in read order.
 
-    A directory is searched recursively; hidden names (``_*``, ``.*``) are skipped and
-    the rest sorted by relative path with numbers compared as numbers. Several paths are
-    concatenated in the order given. Raises ``FileNotFoundError`` for a missing path and
-    :class:`ChangeFileError` when no file is found.
+    A directory is searched recursively, following links to directories; hidden
+    names (``_*``, ``.*``) are skipped and the rest sorted by relative path with
+    numbers compared as numbers (``part=-2`` before ``part=-1``). Several paths are
+    concatenated in the order given. Raises ``FileNotFoundError`` for a missing path
+    and :class:`ChangeFileError` when no file is found, unless the directory is a
+    Spark job's output (it holds ``_SUCCESS``): an empty change stream, no files.
     """
+    return [f for f, _ in _list_files(path_or_paths)]
+
+
+def _list_files(path_or_paths):
+    """``(file, stream root)`` pairs: :func:`list_files` with the directory each file
+    was found under (its partition directories ``name=value/`` lie below it)."""
     paths = ([path_or_paths] if isinstance(path_or_paths, (str, os.PathLike))
              else list(path_or_paths))
     if not paths:
@@ -115,20 +125,30 @@ def list_files(path_or_paths) -> list[str]:
     for p in paths:
         p = os.fspath(p)
         if os.path.isfile(p):
-            out.append(p)
+            out.append((p, None))
             continue
         if not os.path.isdir(p):
             raise FileNotFoundError(f"{p}: no such file or directory")
         found = []
-        for root, dirs, files in os.walk(p):
-            dirs[:] = [d for d in dirs if not _hidden(d)]
+        seen = {os.path.realpath(p)}
+        for root, dirs, files in os.walk(p, followlinks=True):
+            # (a link back up the tree is walked once, not for ever)
+            keep = []
+            for d in dirs:
+                real = os.path.realpath(os.path.join(root, d))
+                if not _hidden(d) and real not in seen:
+                    seen.add(real)
+                    keep.append(d)
+            dirs[:] = keep
             found += [os.path.join(root, f) for f in files if not _hidden(f)]
         if not found:
+            if os.path.exists(os.path.join(p, "_SUCCESS")):
+                continue          # a Spark job that wrote no rows: nothing to read
             raise ChangeFileError(
                 f"{p}: no Parquet files in this directory (an empty change stream; "
                 f"files whose names start with '_' or '.' are ignored)", path=p)
         found.sort(key=lambda f: _natural_key(os.path.relpath(f, p)))
-        out += found
+        out += [(f, p) for f in found]
     return out
 
 
@@ -200,6 +220,7 @@ class _FilePlan:
     dictionary: list     # string columns read as dictionary arrays
     groups: list
     rows: int
+    hive: dict = None    # partition columns from the path: name -> pyarrow scalar
 
 
 def _not_parquet(path):
@@ -288,9 +309,21 @@ class ChangeReader:
         else:
             cols = [columns] if isinstance(columns, str) else list(columns)
             self.names = wanted = [str(c) for c in cols]
-        self.files = list_files(path_or_paths)
+        listed = _list_files(path_or_paths)
+        self.files = [f for f, _ in listed]
         self._time_arg = time
         self._diff_arg = diff
+        self._hive = _hive_columns(listed)
+        if not listed:
+            # A Spark job's output without rows: an empty stream, if its columns
+            # are known.
+            if self.names is None:
+                raise ChangeFileError(
+                    f"{path_or_paths}: an empty change stream (a Spark job's output "
+                    f"with no rows): no file to take the columns from", path=None)
+            self.plans = []
+            self.num_rows = 0
+            return
         first = self._plan(self.files[0], wanted)
         if self.names is None:
             # Columns found in the first file are required of every other file.
@@ -303,6 +336,12 @@ class ChangeReader:
     def _plan(self, path, wanted) -> _FilePlan:
         with _open(path) as pf:
             schema = pf.schema_arrow
+            # Partition columns (Spark keeps their values in directory names
+            # name=value/, not in the files) follow the file's own columns.
+            hive = {c: v for c, v in self._hive.get(path, {}).items()
+                    if c not in schema.names}
+            for c, v in hive.items():
+                schema = schema.append(pa.field(c, v.type))
             names = schema.names
             dims = self.time_dims
             if self.default_time is None:
@@ -333,6 +372,12 @@ class ChangeReader:
                     role = "diff" if c == dcol else "time"
                     raise _fail(ChangeTypeError, path, c,
                                 f"{role} column has type {typ}; {role}s must be integers")
+            for c in tcols + ([dcol] if dcol else []):
+                if c in hive:
+                    raise _fail(ChangeFileError, path, c,
+                                f"the {'diff' if c == dcol else 'time'} column is only "
+                                f"in the directory name ({c}=...): every file needs "
+                                f"its own (do not partition by it)")
             pschema = pf.schema
             leaf = {pschema.column(i).path: i for i in range(len(pschema))}
             int96 = {c for c in wanted if c in leaf
@@ -352,7 +397,9 @@ class ChangeReader:
                 tmin, tmax = self._group_times(pf, path, rg, k, tcols, leaf)
                 groups.append(_RowGroup(k, rg.num_rows, tmin, tmax))
             rows = sum(g.rows for g in groups)
-        return _FilePlan(path, list(wanted), tcols, dcol, int96, dictionary, groups, rows)
+        return _FilePlan(path, list(wanted), tcols, dcol, int96,
+                         [c for c in dictionary if c not in hive], groups, rows,
+                         {c: v for c, v in hive.items() if c in wanted})
 
     def _group_times(self, pf, path, rg, k, tcols, leaf):
         dims = self.time_dims
@@ -441,7 +488,8 @@ class ChangeReader:
                     k += 1
 
     def _batches(self, pf, plan, g):
-        cols = list(dict.fromkeys(plan.columns + plan.times
+        hive = plan.hive or {}
+        cols = list(dict.fromkeys([c for c in plan.columns if c not in hive] + plan.times
                                   + ([plan.diff] if plan.diff else [])))
         try:
             for b in pf.iter_batches(batch_size=self.batch_rows, row_groups=[g.index],
@@ -457,8 +505,20 @@ class ChangeReader:
         path = plan.path
         n = batch.num_rows
         cols = []
+        hive = plan.hive or {}
         for name, c in zip(self.names, plan.columns):
-            arr = batch.column(c)
+            if c in hive:
+                v = hive[c]
+                if not v.is_valid:
+                    raise _fail(NullError, path, c, f"{n} null(s) (the partition "
+                                f"directory {c}={_HIVE_NULL})")
+                # one value for the file's rows: a dictionary of one entry
+                arr = pa.DictionaryArray.from_arrays(
+                    pa.array(np.zeros(n, np.int32)), pa.array([v.as_py()], v.type))
+                if not pa.types.is_string(v.type):
+                    arr = arr.dictionary_decode()
+            else:
+                arr = batch.column(c)
             if c in plan.int96:
                 # Spark's INT96 timestamps are instants (TimestampType): keep them as UTC
                 # microseconds so they are written back as the same Spark type.
@@ -503,6 +563,44 @@ class ChangeReader:
             raise _fail(ChangeFileError, path, name,
                         f"{role} {int(v.max())} does not fit in int64")
         return v.astype(_I64)
+
+
+_HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+
+
+def _hive_columns(listed):
+    """``{file: {column: pyarrow scalar}}`` for the partition directories
+    (``name=value/``) between each file and its stream's root, as Spark writes them.
+    A column is int64 when every value of it in the stream is an integer, else a
+    string (values are URL-unquoted; Spark's null directory is a null)."""
+    from urllib.parse import unquote
+    raw = {}
+    for f, root in listed:
+        if root is None:
+            continue
+        parts = os.path.relpath(os.path.dirname(f), root).split(os.sep)
+        vals = {}
+        for part in parts:
+            name, eq, value = part.partition("=")
+            if eq and name:
+                vals[unquote(name)] = None if value == _HIVE_NULL else unquote(value)
+        if vals:
+            raw[f] = vals
+    kinds = {}
+    for vals in raw.values():
+        for c, v in vals.items():
+            if v is not None and kinds.get(c, "int") == "int":
+                try:
+                    ok = -2**63 <= int(v) < 2**63 and re.fullmatch(r"-?\d+", v)
+                except ValueError:
+                    ok = False
+                kinds[c] = "int" if ok else "string"
+            kinds.setdefault(c, "int")
+    return {f: {c: pa.scalar(None if v is None else (int(v) if kinds[c] == "int"
+                                                      else v),
+                             pa.int64() if kinds[c] == "int" else pa.string())
+                for c, v in vals.items()}
+            for f, vals in raw.items()}
 
 
 class NullError(ChangeFileError, NullValueError):

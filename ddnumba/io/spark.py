@@ -162,9 +162,22 @@ def as_changes(df, *, time, diff=1):
         expression computing a one-coordinate time per row.
     diff : int, str or Column
         Multiplicity of every row (+1 inserts, -1 deletes), or a column.
+
+    Raises ``ValueError`` when ``df`` already has a column the result would
+    overwrite (``time``, ``time_i`` or ``diff``), unless that argument names it:
+    ``as_changes(df, time="time")`` takes the table's own ``time`` as the time.
     """
     from pyspark.sql import Column
     from pyspark.sql import functions as F
+
+    tnames = ([f"time_{i}" for i in range(len(time))] if isinstance(time, tuple)
+              else ["time"])
+    targets = list(zip(tnames, time if isinstance(time, tuple) else [time]))
+    for name, v in targets + [("diff", diff)]:
+        if name in df.columns and v != name:
+            raise ValueError(f"as_changes: the DataFrame already has a column {name!r}, "
+                             f"which would be overwritten; pass {name.split('_')[0]}="
+                             f"{name!r} to use it, or rename it first")
 
     def col(v):
         if isinstance(v, Column):
@@ -192,6 +205,11 @@ def snapshot_changes(old, new, *, time):
     if list(old.columns) != list(new.columns):
         raise ValueError(f"snapshot_changes: snapshots have different columns "
                          f"{old.columns} and {new.columns}")
+    clash = [c for c in old.columns if c == "diff" or c in time_columns([c])]
+    if clash:
+        raise ValueError(f"snapshot_changes: the snapshots have column(s) {clash}, "
+                         f"which the changes' own time and diff columns would "
+                         f"overwrite; rename them first")
     plus = as_changes(new.exceptAll(old), time=time, diff=1)
     minus = as_changes(old.exceptAll(new), time=time, diff=-1)
     return plus.unionByName(minus)
@@ -204,11 +222,26 @@ def export_changes(df, path, *, partition_by=None, mode="overwrite"):
     partition order) hold increasing, non-overlapping time ranges. With
     ``partition_by`` (a column that grows with time, e.g. a batch number), each value
     gets its own directory ``name=value/`` holding one file: a stream of batches.
+    Spark keeps a partition column's value only in the directory name;
+    :func:`~ddnumba.io.parquet.read_changes` reads it back from there (as an
+    integer when every value is one, else as a string). ``mode="append"`` adds part
+    files whose names do not sort after the earlier ones: read such a directory with
+    ``order="sort"`` (``ddnumba run --order sort``).
+
+    Raises ``ValueError`` without a time column, or when ``partition_by`` is a time
+    or ``diff`` column (every file needs them).
     """
     tcols = time_columns(df)
     if not tcols:
         raise ValueError(f"export_changes: no time column in {df.columns} (use "
                          f"as_changes first)")
+    if partition_by is not None:
+        by = [partition_by] if isinstance(partition_by, str) else list(partition_by)
+        bad = [c for c in by if c in tcols or c == "diff"]
+        if bad:
+            raise ValueError(f"export_changes: cannot partition by {bad}: every change "
+                             f"file needs its own time and diff columns (partition by "
+                             f"a batch column instead)")
     if partition_by is not None:
         out = df.repartition(partition_by).sortWithinPartitions(*tcols)
         out.write.mode(mode).partitionBy(partition_by).parquet(os.fspath(path))
