@@ -161,15 +161,23 @@ def _schema_columns(path, args, enc, empty):
     from ddnumba.io.parquet import list_files
     if not list_files(path):
         return list(empty)
-    return list(_reader(path, None, args, enc).names)
+    r = _reader(path, None, args, enc)
+    # (partition columns, kept in name=value/ directory names, only for --key)
+    _PARTITIONS[path] = list(r.partition_columns)
+    return list(r.names)
 
 
 def _with_key_first(cols, key, path):
     if key is None:
         return cols
+    if key not in cols and key in _PARTITIONS.get(path, ()):
+        return [key] + cols                 # a partition column: read from the path
     if key not in cols:
         raise UsageError(f"{path}: no column {key!r} for --key (columns: {cols})")
     return [key] + [c for c in cols if c != key]
+
+
+_PARTITIONS = {}
 
 
 def _builtin(query, df, args, enc):

@@ -724,3 +724,17 @@ def test_an_empty_spark_stream_is_an_input_without_changes(tmp_path, capsys):
                               tmp_path / "out2", "--no-progress"], capsys)
     assert code == 0, err
     assert "count: no updates" in out and "read 0 input updates" in out
+
+
+def test_count_by_a_partition_column(tmp_path, capsys):
+    # Spark's partitionBy("day") keeps day only in the directory names: --key day
+    # reads it from there (it used to be refused, and without --key the count was
+    # silently by another column with nothing said).
+    inp = tmp_path / "in"
+    write(str(inp / "input" / "day=1" / "p.parquet"), user=["a", "b"], time=[0, 0])
+    write(str(inp / "input" / "day=2" / "p.parquet"), user=["a"], time=[1])
+    code, _, err = run_cli(["run", "count", "--key", "day", "--input", inp, "--output",
+                            tmp_path / "out", "--no-progress"], capsys)
+    assert code == 0, err
+    got = pq.read_table(tmp_path / "out" / "count")
+    assert accumulate(got, ["day", "count"], 1) == {(1, 2): 1, (2, 1): 1}

@@ -623,7 +623,8 @@ def test_partition_columns_are_read_back_from_directory_names(tmp_path):
     write(str(d / "day=2024%2F01%2F02" / "hour=-1" / "part-0.parquet"), user=["c"],
           time=[2])
     r = read_changes(d, order="sort")
-    assert r.names == ["user", "day", "hour"]
+    assert r.names == ["user"]                       # by default: the files' columns
+    assert r.partition_columns == ["day", "hour"]
     df = dd.Dataflow()
     inp, c = df.new_input(["day", "hour", "user"])
     out = c.count().capture()

@@ -323,8 +323,12 @@ class ChangeReader:
                     f"with no rows): no file to take the columns from", path=None)
             self.plans = []
             self.num_rows = 0
+            self.partition_columns = []
             return
         first = self._plan(self.files[0], wanted)
+        #: partition columns of the first file (``name=value/`` directories), which
+        #: may be asked for by name
+        self.partition_columns = [c for c in self._hive.get(self.files[0], {})]
         if self.names is None:
             # Columns found in the first file are required of every other file.
             self.names = wanted = list(first.columns)
@@ -355,9 +359,11 @@ class ChangeReader:
                 tcols = []
             dcol = self._diff_arg if self._diff_arg in names else None
             if wanted is None:
-                # Every column that is not a time or diff column, from the first file on.
-                skip = set(tcols) | {dcol} | {c for c in names if c == "time"
-                                               or re.fullmatch(r"time_\d+", c)}
+                # Every column that is not a time or diff column, from the first file
+                # on; partition columns only when asked for by name (a stream of
+                # batch=K/ directories is a layout, not a column of the changes).
+                skip = set(tcols) | {dcol} | set(hive) | {
+                    c for c in names if c == "time" or re.fullmatch(r"time_\d+", c)}
                 wanted = [c for c in names if c not in skip]
                 if not wanted:
                     raise _fail(ChangeFileError, path, None,
@@ -619,7 +625,9 @@ def read_changes(path_or_paths, columns=None, *, time_dims=1, encoder=None, diff
     columns : list of str, or dict of str to str, optional
         Data columns to read, by name, in the order wanted. A dict maps output names to
         file column names (``{"node": "id"}``). Default: every column of the first file
-        that is not a time or ``diff`` column.
+        that is not a time or ``diff`` column. A partition column (Spark's
+        ``name=value/`` directories, whose values are not in the files) is read
+        from the path when named here; ``.partition_columns`` lists them.
     time_dims : int
         Number of time coordinates: ``time`` (or ``time_0``) when 1, else
         ``time_0 .. time_{d-1}``.

@@ -223,8 +223,9 @@ def export_changes(df, path, *, partition_by=None, mode="overwrite"):
     ``partition_by`` (a column that grows with time, e.g. a batch number), each value
     gets its own directory ``name=value/`` holding one file: a stream of batches.
     Spark keeps a partition column's value only in the directory name;
-    :func:`~ddnumba.io.parquet.read_changes` reads it back from there (as an
-    integer when every value is one, else as a string). ``mode="append"`` adds part
+    :func:`~ddnumba.io.parquet.read_changes` reads it back from there when it is
+    asked for by name (``columns=``, a query file's input names, ``ddnumba run
+    --key``), as an integer when every value is one, else as a string. ``mode="append"`` adds part
     files whose names do not sort after the earlier ones: read such a directory with
     ``order="sort"`` (``ddnumba run --order sort``).
 
