@@ -235,3 +235,30 @@ def test_snapshot_changes_and_to_spark(spark, tmp_path):
     with pytest.raises(ValueError, match="different columns"):
         snapshot_changes(old, new.withColumnRenamed("v", "w"), time=1)
     assert os.path.isdir(tmp_path / "snap")
+
+
+def test_changes_never_overwrite_a_tables_own_time_or_diff(spark, tmp_path):
+    """A table with its own ``time``/``diff`` columns: as_changes refuses to
+    overwrite them (the event times and diffs were silently replaced), unless the
+    argument names them; snapshots with such columns are refused; partitioning an
+    export by time is refused (files would lose their time column)."""
+    t = spark.createDataFrame([("a", 5, 2), ("b", 7, -1)], "k string, time long, diff long")
+    with pytest.raises(ValueError, match="already has a column 'time'"):
+        as_changes(t, time=0)
+    with pytest.raises(ValueError, match="already has a column 'diff'"):
+        as_changes(t, time="time")
+    own = as_changes(t, time="time", diff="diff")
+    assert rows_of(own) == Counter({("a", 5, 2): 1, ("b", 7, -1): 1})
+    with pytest.raises(ValueError, match=r"snapshots have column\(s\) \['time', 'diff'\]"):
+        snapshot_changes(t, t.limit(1), time=1)
+    with pytest.raises(ValueError, match="cannot partition by"):
+        export_changes(own, tmp_path / "x", partition_by="time")
+    # partitioned by a data column: read back from the directory names when named
+    p = spark.createDataFrame([("u1", 1), ("u2", 1), ("u1", 2)], "user string, day long")
+    export_changes(as_changes(p, time="day"), tmp_path / "byday", partition_by="day")
+    df = dd.Dataflow()
+    inp, c = df.new_input(["day", "user"])
+    out = c.count().capture()
+    feed(inp, tmp_path / "byday")
+    assert sorted((r["day"], r["count"]) for r in out.at(2).to_pylist()) == [(1, 2),
+                                                                              (2, 1)]
