@@ -169,8 +169,11 @@ def test_encoder_rejects_nulls_unsupported_and_overflow():
         enc.encode(pa.array([1, None]), name="x", source="f.parquet")
     with pytest.raises(UnsupportedTypeError, match="column 'l'.*list"):
         enc.encode(pa.array([[1], [2]]), name="l")
-    with pytest.raises(UnsupportedTypeError, match="decimal"):
+    with pytest.raises(UnsupportedTypeError, match="decimal.*cast the column first"):
         enc.encode(pa.array([1], pa.decimal128(5, 2)))
+    # a type given for decoding that the values are no codes of: said so
+    with pytest.raises(ValueError, match=r"column 'qty' cannot be decoded as string"):
+        Encoder().decode_table(pa.table({"qty": [2, 1, 0]}), {"qty": pa.string()})
     with pytest.raises(OverflowError, match="does not fit"):
         enc.encode(pa.array([2**63], pa.uint64()))
     enc.encode(pa.array(["s"]), name="k")

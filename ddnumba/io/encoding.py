@@ -119,9 +119,13 @@ def kind_of(typ: pa.DataType) -> str:
         return "string"
     if t.is_binary(typ) or t.is_large_binary(typ) or t.is_binary_view(typ):
         return "binary"
+    hint = ""
+    if t.is_decimal(typ):
+        hint = ("; cast the column first, e.g. to long in its smallest unit (cents: "
+                "(col * 100).cast('long')), to double, or to string")
     raise UnsupportedTypeError(
         f"Arrow type {typ} has no int64 encoding (supported: integers, bool, dates, "
-        f"timestamps, durations, times, floats, strings, binary)")
+        f"timestamps, durations, times, floats, strings, binary){hint}")
 
 
 def _family(kind):
@@ -432,7 +436,15 @@ class Encoder:
                 fields.append(pa.field(name, col.type, nullable=False))
                 continue
             codes = _as_array(col).to_numpy(zero_copy_only=False)
-            arrays.append(self.decode(codes, typ))
+            try:
+                arrays.append(self.decode(codes, typ))
+            except ValueError as e:
+                if "never assigned" not in str(e):
+                    raise
+                raise ValueError(f"column {name!r} cannot be decoded as {typ}: {e}; "
+                                 f"its values are not codes of {typ} values fed to "
+                                 f"this dataflow (is the type given for it right?)"
+                                 ) from None
             fields.append(pa.field(name, arrays[-1].type, nullable=False))
         return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
