@@ -459,7 +459,7 @@ def _child_main(df, r, W, prefix, pipes):
     except _PeerLost as e:
         code = 1
         _report(cl, r, "WorkerLost", f"lost contact with worker {e.peer}", "")
-        if e.peer == 0 and os.getppid() != _driver_pid(prefix):
+        if e.peer == 0 and _driver_gone(prefix):
             # The driver died (killed, or os._exit) without removing its blocks,
             # and nobody else will: they would stay in /dev/shm until a reboot.
             remove_blocks(f"{prefix}0_")
@@ -480,6 +480,19 @@ def _child_main(df, r, W, prefix, pipes):
                 except Exception:  # noqa: BLE001 - a closed or broken stream
                     pass
             os._exit(code)
+
+
+def _driver_gone(prefix, wait=2.0):
+    """True once this worker has been re-parented away from the driver. The pipe
+    from a dying driver reads EOF as its files close, a moment before the kernel
+    re-parents its children: wait for that a little."""
+    driver = _driver_pid(prefix)
+    deadline = time.monotonic() + wait
+    while os.getppid() == driver:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
 
 
 def _driver_pid(prefix):
