@@ -669,3 +669,20 @@ def test_negative_partition_values_sort_as_numbers(tmp_path):
         "part=-2", "part=-1", "part=0", "part=3"]
     rows, _, _, _ = read_all(read_changes(d, ["k"]))         # order='check' passes
     assert rows == [(-2,), (-1,), (0,), (3,)]
+
+
+def test_part_numbers_stay_unique_when_others_touch_the_directory(tmp_path):
+    # The next part number is remembered per directory (no listing per write), and
+    # checked: parts another writer added, or a directory made anew, are seen.
+    t = pa.table({"a": [1], "time": [0], "diff": [1]})
+    d = tmp_path / "out"
+    names = [os.path.basename(write_changes(t, d)) for _ in range(3)]
+    assert names == ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
+    pq.write_table(t, d / "part-00007.parquet")                  # someone else's
+    assert os.path.basename(write_changes(t, d)) == "part-00008.parquet"
+    os.remove(d / "part-00008.parquet")                          # the last one gone
+    assert os.path.basename(write_changes(t, d)) == "part-00008.parquet"
+    import shutil
+    shutil.rmtree(d)
+    assert os.path.basename(write_changes(t, d)) == "part-00000.parquet"
+    assert pq.read_table(d).num_rows == 1

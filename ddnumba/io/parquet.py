@@ -713,9 +713,28 @@ def _target(path):
     if p.endswith(".parquet") and not os.path.isdir(p):
         return os.path.dirname(os.path.abspath(p)), p, False
     os.makedirs(p, exist_ok=True)
-    taken = [int(m.group(1)) for f in os.listdir(p) if (m := _PART.match(f))]
-    k = max(taken) + 1 if taken else 0
+    # The next part number: remembered per directory by the last write into it,
+    # so that a long stream of writes does not list an ever larger directory each
+    # time (8,000 parts: 5.5 ms a write, most of a ddnumba run's time). Trusted only
+    # while the directory is unchanged since (its modification time), else listed.
+    st = os.stat(p)
+    known = _NEXT_PART.get((st.st_dev, st.st_ino))
+    if known is not None and known[1] == st.st_mtime_ns and known[2] == p:
+        k = known[0]
+    else:
+        taken = [int(m.group(1)) for f in os.listdir(p) if (m := _PART.match(f))]
+        k = max(taken) + 1 if taken else 0
     return p, os.path.join(p, f"part-{k:05d}.parquet"), True
+
+
+def _wrote_part(directory, final):
+    """Remember the part number after ``final`` for the next write to ``directory``."""
+    m = _PART.match(os.path.basename(final))
+    st = os.stat(directory)
+    _NEXT_PART[(st.st_dev, st.st_ino)] = (int(m.group(1)) + 1, st.st_mtime_ns, directory)
+
+
+_NEXT_PART = {}
 
 
 def write_changes(data, path, *, new=False, encoder=None, types=None, overwrite=False,
@@ -795,6 +814,8 @@ def write_changes(data, path, *, new=False, encoder=None, types=None, overwrite=
                 f"outputs are written in microseconds (Spark's unit); round the "
                 f"column to microseconds before it is read ({e})") from None
         os.replace(tmp, final)
+        if appending:
+            _wrote_part(directory, final)
         if new:
             data._node.take_new()
     except BaseException:
