@@ -686,3 +686,25 @@ def test_part_numbers_stay_unique_when_others_touch_the_directory(tmp_path):
     shutil.rmtree(d)
     assert os.path.basename(write_changes(t, d)) == "part-00000.parquet"
     assert pq.read_table(d).num_rows == 1
+
+
+def test_interner_lookup_across_many_chunks():
+    # Values interned a few at a time sit in merged chunks: a lookup of any codes,
+    # in any order and with repeats, equals the one-array answer.
+    rng = np.random.default_rng(7)
+    it = Interner()
+    seen = []
+    for r in range(300):
+        batch = [f"v{int(x)}" for x in rng.integers(0, 2000, int(rng.integers(1, 9)))]
+        it.intern(pa.array(batch))
+        for v in batch:
+            if v not in seen:
+                seen.append(v)
+        if r % 37 == 0:
+            codes = rng.integers(0, len(it), 50)
+            assert it.lookup(codes).to_pylist() == [seen[c] for c in codes]
+    assert len(it._chunks) < 12                       # merged, not one per batch
+    codes = rng.integers(0, len(it), 500)
+    assert it.lookup(codes).to_pylist() == [seen[c] for c in codes]
+    assert it.values().to_pylist() == seen
+    assert it.lookup(codes[::-1]).to_pylist() == [seen[c] for c in codes[::-1]]

@@ -196,12 +196,23 @@ class Interner:
         if new:
             start = len(index)
             index.update(zip(new, range(start, start + len(new))))
-            self._chunks.append(pa.array(new, type=self.value_type))
-            self._values = None
+            self._add_chunk(pa.array(new, type=self.value_type))
             found = list(map(index.get, uniques))
         ucodes = np.fromiter(found, dtype=_I64, count=len(found))
         idx = enc.indices.to_numpy(zero_copy_only=False).astype(np.intp, copy=False)
         return ucodes[idx]
+
+    def _add_chunk(self, arr):
+        # Chunks merge like a binary counter (each at least twice the next), so a
+        # lookup takes from O(log n) chunks and a value is copied O(log n) times in
+        # all: a stream that interns a few new strings every run no longer makes
+        # each run's decode copy every value seen so far.
+        chunks = self._chunks
+        chunks.append(arr)
+        while len(chunks) > 1 and len(chunks[-2]) <= 2 * len(chunks[-1]):
+            b = chunks.pop()
+            chunks.append(pa.concat_arrays([chunks.pop(), b]))
+        self._values = None
 
     def values(self) -> pa.Array:
         """Every interned value, in code order (``values()[c]`` is code ``c``'s value)."""
@@ -220,7 +231,20 @@ class Interner:
             raise ValueError(f"code {int(bad)} was never assigned by this interner "
                              f"({n} values): decode with the encoder that encoded the "
                              f"input")
-        return self.values().take(pa.array(c))
+        chunks = self._chunks
+        if len(chunks) <= 1 or self._values is not None:
+            return self.values().take(pa.array(c))
+        offs = np.cumsum([0] + [len(x) for x in chunks])
+        which = np.searchsorted(offs, c, side="right") - 1
+        order = np.argsort(which, kind="stable")
+        sc, sw = c[order], which[order]
+        bounds = np.searchsorted(sw, np.arange(len(chunks) + 1))
+        pieces = [chunks[j].take(pa.array(sc[bounds[j]:bounds[j + 1]] - offs[j]))
+                  for j in range(len(chunks)) if bounds[j + 1] > bounds[j]]
+        got = pa.concat_arrays(pieces) if pieces else pa.array([], self.value_type)
+        inv = np.empty_like(order)
+        inv[order] = np.arange(len(order))
+        return got.take(pa.array(inv))
 
 
 # --------------------------------------------------------------------------- encoder
