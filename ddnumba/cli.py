@@ -164,6 +164,7 @@ def _schema_columns(path, args, enc, empty):
     r = _reader(path, None, args, enc)
     # (partition columns, kept in name=value/ directory names, only for --key)
     _PARTITIONS[path] = list(r.partition_columns)
+    _READERS[path] = r          # planned once: fed as it is when its columns serve
     return list(r.names)
 
 
@@ -178,6 +179,7 @@ def _with_key_first(cols, key, path):
 
 
 _PARTITIONS = {}
+_READERS = {}
 
 
 def _builtin(query, df, args, enc):
@@ -425,7 +427,11 @@ def _run(args):
                 written[name][1] += 1
 
     try:
-        fed = feed_all([(h, p, cols) for h, p, cols in inputs.values()],
+        def source(h, p, cols):
+            r = _READERS.get(p)
+            return (h, r if r is not None and list(cols) == list(r.names) else p, cols)
+
+        fed = feed_all([source(h, p, cols) for h, p, cols in inputs.values()],
                        progress=not args.no_progress, encoder=enc, order=args.order,
                        on_run=write_new)
         write_new()
@@ -484,6 +490,8 @@ def main(argv=None) -> int:
     from ddnumba.io.parquet import ChangeFileError
     from ddnumba.workers import WorkerError
     _NOTES.clear()      # (a previous call in this process that raised may have left some)
+    _READERS.clear()
+    _PARTITIONS.clear()
     try:
         args = _parser().parse_args(argv)
         if args.command is None:

@@ -738,3 +738,27 @@ def test_count_by_a_partition_column(tmp_path, capsys):
     assert code == 0, err
     got = pq.read_table(tmp_path / "out" / "count")
     assert accumulate(got, ["day", "count"], 1) == {(1, 2): 1, (2, 1): 1}
+
+
+def test_each_input_file_is_planned_once(tmp_path, capsys, monkeypatch):
+    # The built-in queries read each file's footer to learn the columns, then fed
+    # the same files through a second reader that read them all again.
+    from ddnumba.io import parquet as ddpq
+    inp = tmp_path / "in"
+    for t in range(5):
+        write(str(inp / "input" / f"part-{t}.parquet"), k=[t, t + 1], time=[t, t])
+    planned = Counter()
+    real = ddpq.ChangeReader._plan
+
+    def counting(self, path, wanted):
+        planned[path] += 1
+        return real(self, path, wanted)
+
+    monkeypatch.setattr(ddpq.ChangeReader, "_plan", counting)
+    code, _, err = run_cli(["run", "count", "--input", inp, "--output", tmp_path / "out",
+                            "--no-progress"], capsys)
+    assert code == 0, err
+    assert len(planned) == 5 and set(planned.values()) == {1}
+    got = pq.read_table(tmp_path / "out" / "count")
+    assert accumulate(got, ["k", "count"], 4) == {(0, 1): 1, (1, 2): 1, (2, 2): 1,
+                                                  (3, 2): 1, (4, 2): 1, (5, 1): 1}

@@ -905,6 +905,8 @@ def feed_all(sources, *, encoder=None, run=True, close=True, order="check",
     ----------
     sources : list of (InputHandle, path) or (InputHandle, path, columns)
         ``columns`` as in :func:`read_changes` (default: the input's column names).
+        ``path`` may be a :class:`ChangeReader` from :func:`read_changes` (planned
+        already), reading those columns with this encoder.
     encoder, order, batch_rows
         As in :func:`read_changes`; ``encoder`` defaults to the dataflow's
         (:func:`~ddnumba.io.encoding.encoder_for`).
@@ -932,14 +934,22 @@ def feed_all(sources, *, encoder=None, run=True, close=True, order="check",
     readers = []
     df = None
     for src in sources:
+        # (path may also be a ChangeReader already planned, read as it is)
         handle, path, *rest = src
         cols = rest[0] if rest else None
         if cols is None:
             cols = list(handle.names)
         df = handle.df
         enc = encoder if encoder is not None else encoder_for(handle.df)
-        reader = read_changes(path, cols, time_dims=handle.dims, encoder=enc,
-                              order=order, batch_rows=batch_rows)
+        if isinstance(path, ChangeReader):
+            # planned already (its footers read once): taken as it is
+            reader = path
+            if list(cols) != list(reader.names) or reader.encoder is not enc:
+                raise ValueError(f"feed: the reader given reads {reader.names}, not "
+                                 f"{list(cols)} with this encoder")
+        else:
+            reader = read_changes(path, cols, time_dims=handle.dims, encoder=enc,
+                                  order=order, batch_rows=batch_rows)
         if len(reader.names) != len(handle.names):
             raise ValueError(f"feed: {len(reader.names)} column(s) {reader.names} for "
                              f"input {handle.names}")
