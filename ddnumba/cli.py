@@ -288,6 +288,12 @@ def _user_query(path, df):
     return res[0], res[1], types
 
 
+def _beside(target, what):
+    """A hidden name next to ``target`` (readers skip names starting with '.')."""
+    head, tail = os.path.split(os.path.normpath(target))
+    return os.path.join(head, f".{tail}.ddnumba-{what}-{os.getpid()}")
+
+
 def _check_name(path, kind, name):
     """An input or output name is a directory under --input/--output, given
     relative to it: ``..`` or an absolute name would read, or with --overwrite
@@ -401,8 +407,7 @@ def _run(args):
             # Written beside it (a hidden name, which readers skip) and swapped in
             # when the run completes: until then the old output stays whole, and an
             # error part-way leaves it as it was.
-            staged[name] = os.path.join(args.output,
-                                        f".{name}.ddnumba-new-{os.getpid()}")
+            staged[name] = _beside(target, "new")
             if os.path.exists(staged[name]):
                 shutil.rmtree(staged[name])
         targets[name] = target
@@ -447,7 +452,7 @@ def _run(args):
                               f"--overwrite)")
         raise
     for name, new in staged.items():
-        old = os.path.join(args.output, f".{name}.ddnumba-old-{os.getpid()}")
+        old = _beside(targets[name], "old")
         os.replace(targets[name], old)
         if os.path.isdir(new):
             os.replace(new, targets[name])

@@ -762,3 +762,18 @@ def test_each_input_file_is_planned_once(tmp_path, capsys, monkeypatch):
     got = pq.read_table(tmp_path / "out" / "count")
     assert accumulate(got, ["k", "count"], 4) == {(0, 1): 1, (1, 2): 1, (2, 2): 1,
                                                   (3, 2): 1, (4, 2): 1, (5, 1): 1}
+
+
+def test_overwrite_of_a_nested_output_leaves_nothing_beside_it(tmp_path, capsys):
+    inp = tmp_path / "in"
+    write(str(inp / "input" / "part-0.parquet"), k=[1, 2], time=[0, 1])
+    q = _query(tmp_path, "def build(df):\n    i, c = df.new_input(['k'])\n"
+                         "    return {'input': i}, {'a/b': c.distinct()}\n")
+    for _ in range(2):
+        code, _, err = run_cli(["run", q, "--input", inp, "--output", tmp_path / "out",
+                                "--overwrite", "--no-progress"], capsys)
+        assert code == 0, err
+    assert os.listdir(tmp_path / "out") == ["a"]
+    assert os.listdir(tmp_path / "out" / "a") == ["b"]
+    assert accumulate(pq.read_table(tmp_path / "out" / "a" / "b"), ["k"], 1) == {
+        (1,): 1, (2,): 1}
