@@ -59,6 +59,39 @@ def _check_takes(f, n, op, what):
         raise TypeError(f"{op}: function {name!r}{sig} cannot take {what}") from None
 
 
+class _KeyColumns:
+    """``f(*columns) -> columns[:kw]``: the key columns themselves (a selection, which
+    the native engine runs without calling it)."""
+
+    def __init__(self, kw):
+        self.kw = kw
+
+    def __call__(self, *cols):
+        return cols[:self.kw]
+
+
+# Reduces whose output holds each row once, whatever their input's counts.
+_SET_REDUCES = frozenset({"distinct", "count", "sum", "min", "max"})
+
+
+def _never_negative(node, _depth=0):
+    """True when the collection ``node`` outputs can hold no row with a negative
+    count at any time: built from set-valued reduces by operators that add counts
+    or multiply them. Inputs, ``negate``, loop variables and user logic are not
+    known to be."""
+    if _depth > 200:
+        return False
+    k = node.kind
+    if k == "reduce":
+        return node.spec is not None and node.spec[0] in _SET_REDUCES
+    if k == "leave":
+        return _never_negative(node.inner, _depth + 1)
+    if k in ("map", "filter", "flat_map", "concat", "consolidate", "inspect", "delay",
+             "enter", "arrange", "join"):
+        return all(_never_negative(i, _depth + 1) for i in node.inputs)
+    return False
+
+
 def _encloses(outer, inner):
     """True when scope ``outer`` is ``inner`` or one of its ancestors."""
     s = inner
@@ -402,8 +435,20 @@ class Collection:
         return self._reduce(kw, driver, ow, names, "reduce")
 
     def count(self, *, key=1, name="count"):
-        """``(key..., count)``: the sum of the counts of each key's rows."""
+        """``(key..., count)``: the sum of the counts of each key's rows.
+
+        Over a collection that can never hold a negative count (the output of a
+        ``distinct``, ``count``, ``sum``, ``min`` or ``max``, of a loop whose result is
+        one, and what ``map``, ``filter``, ``concat`` and ``join`` make of those), a
+        key has rows exactly when their total is positive, so the count reads the key
+        columns alone: its state holds one entry per key, not one per row.
+        """
         kw = _key_width(key, self.names, "count")
+        if 0 < kw < self.arity and _never_negative(self._node):
+            keys = self.map(_KeyColumns(kw), names=self.names[:kw])
+            return keys._reduce(kw, _reduce_ops.logic_count, 1,
+                                self.names[:kw] + [name], "count", fast=("count", 0),
+                                spec=("count", 0))
         return self._reduce(kw, _reduce_ops.logic_count, 1, self.names[:kw] + [name],
                             "count", fast=("count", 0), spec=("count", 0))
 
