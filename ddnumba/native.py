@@ -687,11 +687,17 @@ class NativeEngine:
                         # index of its state in st[11], after the loops' (set below).
                         prm[i, 8] = 1
                         agg_nodes.append(i)
+                    elif group == 0 and (spec[0] == "top_k" or (
+                            spec[0] in ("min", "max") and int(spec[1]) == 0)):
+                        # Outside loops: min/max of value column 0 and top_k read
+                        # their input trace in value order (kernels.rootorder), which
+                        # needs it to themselves: no output rows in it.
+                        prm[i, 8] = 2
                 pend_w.append(node.kw + 1)
                 seq = group > 0 and self.sequential[group - 1]
                 if prm[i, 8] == 1:
                     pass        # no trace at all (kernels.rootagg)
-                elif not seq and \
+                elif prm[i, 8] != 2 and not seq and \
                         [c for c, _ in node.arranged.consumers] == [node]:
                     # The reduce is its arrangement's only reader: input and output
                     # history share one trace, rows (key, tag, vals) (runtime

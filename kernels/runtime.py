@@ -62,6 +62,7 @@ from .reduce import (L_CALLBACK, L_COUNT, L_DISTINCT, L_MAX, L_MIN, L_SUM,  # no
                      L_TOP_K, LOGIC, _accumulate, _logic_count, _logic_extreme,
                      _logic_sum, _logic_top_k)
 from .rootagg import agg_step, distinct_step
+from .rootorder import O_MAX, O_MIN, O_TOP_K, ordered_want
 from .rows import add_checked, leaf, list_item, list_leaf, mul_checked
 from .seqloop import S_LEAVE as SEQ_LEAVE, _nodes as seq_nodes, pack_fields
 from .seqloop import leave_rows as seq_leave_rows, run_times as seq_run_times
@@ -1883,11 +1884,24 @@ def _step_reduce(prog, st, n, p, k):
     share = prm[n, 9]
     out_spine = st[1][s_out] if share == 0 else _EMPTY_SPINE()
     fold = logic == L_DISTINCT and vw == 0 and ow == 0
+    # A root min/max (of value column 0) or top_k reads its input trace in value order
+    # (kernels.rootorder): only the new updates are gathered here.
+    ordered = prm[n, 8] == 2
+    in_spine = _EMPTY_SPINE() if ordered else st[1][s_in]
     (keys, due_offs, due_t, h_offs, h_vals, h_t, h_f, o_offs, o_vals, o_t, o_f,
-     new_pend) = _reduce_gather(new, st[1][s_in], out_spine, pend, kw, vw, ow, k, p,
+     new_pend) = _reduce_gather(new, in_spine, out_spine, pend, kw, vw, ow, k, p,
                                 share, fold)
     st[5][pid] = new_pend
     if due_t.shape[0] == 0:
+        return
+    if ordered:
+        mode = O_MIN if logic == L_MIN else (O_MAX if logic == L_MAX else O_TOP_K)
+        w_offs, w_vals, w_counts, nw = ordered_want(st[1][s_in], keys, kw, vw, due_offs,
+                                                    due_t, h_offs, h_vals, h_t, h_f, mode,
+                                                    lparam)
+        ck, cv, ct, cf = _corrections_1d(due_offs, due_t, w_offs, w_vals[:nw],
+                                         w_counts[:nw], o_offs, o_vals, o_t, o_f)
+        _reduce_emit(prog, st, n, keys, ck, cv, ct, cf, kw, ow, k, s_out)
         return
     if logic == L_DISTINCT and vw == 0:
         ck, ct, cf = _distinct_walk(due_offs, due_t, h_offs, h_t, h_f, o_offs, o_t, o_f)

@@ -1,0 +1,236 @@
+"""``min``, ``max`` and ``top_k`` outside loops, read from the trace in value order.
+
+Outside loops the native engine's times are one coordinate and an arrangement only
+passes on updates at times its frontier has closed: when such a reduce steps, every
+update already in its input trace is at a time before every update of the new batch.
+The general reduce (:mod:`ddnumba.kernels.runtime`'s ``_reduce_gather`` and
+``_accumulate``) copies a key's whole input history, sorts it and accumulates all of
+it at every due time: a change to a key holding a million values cost ~60 ms, and a
+batch of 100 changes to it 2 s (the accumulation is per due time).
+
+These three operators only need the first positive rows in value order. Each batch of
+the trace is sorted by ``(key, vals)``, so a key's rows in a batch are already in value
+order: :func:`ordered_want` merges the key's ranges of every batch (and of the new
+updates) lazily, one value row at a time, smallest first (largest first for ``max``),
+and stops as soon as every due time of the key has its answer. A value row's count at
+a due time is the sum of its entries at times ``<=`` it, so rows whose count is not
+positive (retracted, or never inserted at that time) are passed over, as the general
+reduce does. The work per key is the rows walked (usually the first few) plus a
+bisection per batch, whatever the size of the group.
+
+``min``/``max`` read column 0 of the values (the first column in the sort order); a
+``min``/``max`` of another column keeps the general reduce.
+"""
+import numpy as np
+from numba import njit
+
+from .batch import key_ranges
+from .rows import add_checked, leaf
+
+__all__ = ["ordered_want", "O_MIN", "O_MAX", "O_TOP_K"]
+
+O_MIN = 0
+O_MAX = 1
+O_TOP_K = 2
+
+
+@leaf
+def _cmp_rows(a, i, ao, b, j, bo, w):
+    """Compare ``a[i, ao:ao + w]`` with ``b[j, bo:bo + w]``: -1, 0 or 1."""
+    for x in range(w):
+        u = a[i, ao + x]
+        v = b[j, bo + x]
+        if u != v:
+            return -1 if u < v else 1
+    return 0
+
+
+@leaf
+def _sort_by_time(et, ef, n):
+    """Insertion sort of the entries ``(et, ef)[:n]`` by time (a row has few)."""
+    for i in range(1, n):
+        t = et[i]
+        f = ef[i]
+        j = i
+        while j > 0 and et[j - 1] > t:
+            et[j] = et[j - 1]
+            ef[j] = ef[j - 1]
+            j -= 1
+        et[j] = t
+        ef[j] = f
+
+
+@njit(cache=True, nogil=True)
+def _grow(a, n):
+    b = np.empty(max(2 * a.shape[0], n), np.int64)
+    b[:a.shape[0]] = a
+    return b
+
+
+@njit(cache=True, nogil=True)
+def _grow2(a, n):
+    b = np.empty((max(2 * a.shape[0], n), a.shape[1]), np.int64)
+    b[:a.shape[0]] = a
+    return b
+
+
+@njit(cache=True, nogil=True)
+def ordered_want(spine, keys, kw, vw, due_offs, due_t, h_offs, h_vals, h_t, h_f, mode, k):
+    """The desired output of ``min``/``max`` (of value column 0) or ``top_k(k)`` at
+    every due time of every key, in the layout of ``kernels.reduce._logic_*``:
+    ``(want_offs, vals, counts, n)``, ``want_offs`` indexed by the global due index.
+
+    ``spine``: the input trace's batches (rows ``(key, vals)``, fenced), every update
+    at a time before the key's due times; ``keys`` sorted and unique; ``due_offs`` /
+    ``due_t`` (a column) each key's due times, ascending; ``h_*`` each key's new
+    updates sorted by ``(vals, t)`` (``h_t`` a column), as ``_reduce_gather`` returns
+    them for an empty input trace.
+    ``mode``: O_MIN, O_MAX or O_TOP_K (the ``k`` smallest rows, with multiplicity).
+    """
+    nk = keys.shape[0]
+    nsp = len(spine)
+    lo = np.empty((nsp, nk), np.int64)
+    hi = np.empty((nsp, nk), np.int64)
+    qrows = np.arange(nk)
+    a = np.empty(nk, np.int64)
+    b = np.empty(nk, np.int64)
+    for s in range(nsp):
+        key_ranges(spine[s][0], spine[s][3], keys, qrows, kw, a, b)
+        lo[s] = a
+        hi[s] = b
+    M = due_offs[nk]
+    ow = 1 if mode != O_TOP_K else vw
+    desc = mode == O_MAX
+    want_offs = np.zeros(M + 1, np.int64)
+    cnt_per_due = np.zeros(M, np.int64)
+    # results, in walk order (per key: value-major); sorted by due afterwards
+    r_due = np.empty(16, np.int64)
+    r_vals = np.empty((16, ow), np.int64)
+    r_c = np.empty(16, np.int64)
+    nr = np.int64(0)
+    pos = np.empty(nsp + 1, np.int64)
+    end = np.empty(nsp + 1, np.int64)
+    cur = np.empty((1, vw), np.int64)
+    et = np.empty(16, np.int64)
+    ef = np.empty(16, np.int64)
+    un = np.empty(16, np.int64)
+    left = np.empty(16, np.int64)
+    # the new updates as one more source, typed as the trace's batches are
+    hv = np.ascontiguousarray(h_vals)
+    ht = np.ascontiguousarray(h_t)
+    hf = np.ascontiguousarray(h_f)
+    for kk in range(nk):
+        d0 = due_offs[kk]
+        D = due_offs[kk + 1] - d0
+        if D == 0:
+            continue
+        if un.shape[0] < D:
+            un = np.empty(2 * D, np.int64)
+            left = np.empty(2 * D, np.int64)
+        for j in range(D):
+            un[j] = j
+            left[j] = k if mode == O_TOP_K else 1
+        nun = D
+        # Source heads: pos moves up (down for max) to end.
+        for s in range(nsp):
+            if desc:
+                pos[s] = hi[s, kk] - 1
+                end[s] = lo[s, kk] - 1
+            else:
+                pos[s] = lo[s, kk]
+                end[s] = hi[s, kk]
+        if desc:
+            pos[nsp] = h_offs[kk + 1] - 1
+            end[nsp] = h_offs[kk] - 1
+        else:
+            pos[nsp] = h_offs[kk]
+            end[nsp] = h_offs[kk + 1]
+        while nun > 0:
+            # the next value row: the least (greatest) head
+            found = False
+            for s in range(nsp + 1):
+                if pos[s] == end[s]:
+                    continue
+                if s < nsp:
+                    bd = spine[s][0]
+                    off = kw
+                else:
+                    bd = hv
+                    off = 0
+                if found:
+                    c = _cmp_rows(bd, pos[s], off, cur, 0, 0, vw)
+                    better = c > 0 if desc else c < 0
+                else:
+                    better = True
+                if better:
+                    for x in range(vw):
+                        cur[0, x] = bd[pos[s], off + x]
+                    found = True
+            if not found:
+                break
+            # its entries in every source
+            ne = np.int64(0)
+            for s in range(nsp + 1):
+                if s < nsp:
+                    bd = spine[s][0]
+                    bt = spine[s][1]
+                    bf = spine[s][2]
+                    off = kw
+                else:
+                    bd = hv
+                    bt = ht
+                    bf = hf
+                    off = 0
+                while pos[s] != end[s] and _cmp_rows(bd, pos[s], off, cur, 0, 0, vw) == 0:
+                    if ne == et.shape[0]:
+                        et = _grow(et, ne + 1)
+                        ef = _grow(ef, ne + 1)
+                    et[ne] = bt[pos[s], 0]
+                    ef[ne] = bf[pos[s]]
+                    ne += 1
+                    pos[s] += -1 if desc else 1
+            _sort_by_time(et, ef, ne)
+            # its count at each unresolved due time (ascending), the answers
+            acc = np.int64(0)
+            e = np.int64(0)
+            w = np.int64(0)
+            for q in range(nun):
+                j = un[q]
+                tau = due_t[d0 + j, 0]
+                while e < ne and et[e] <= tau:
+                    acc, ov = add_checked(acc, ef[e])
+                    if ov:
+                        raise OverflowError("reduce: a sum of input diffs overflows int64")
+                    e += 1
+                if acc > 0:
+                    c = acc if mode == O_TOP_K else np.int64(1)
+                    if c > left[j]:
+                        c = left[j]
+                    left[j] -= c
+                    if nr == r_c.shape[0]:
+                        r_due = _grow(r_due, nr + 1)
+                        r_c = _grow(r_c, nr + 1)
+                        r_vals = _grow2(r_vals, nr + 1)
+                    r_due[nr] = d0 + j
+                    for x in range(ow):
+                        r_vals[nr, x] = cur[0, x]
+                    r_c[nr] = c
+                    nr += 1
+                    cnt_per_due[d0 + j] += 1
+                if left[j] > 0:
+                    un[w] = j
+                    w += 1
+            nun = w
+    # By due index (stable: a due's rows stay in walk order, i.e. value order).
+    for d in range(M):
+        want_offs[d + 1] = want_offs[d] + cnt_per_due[d]
+    fill = want_offs[:M].copy()
+    vals = np.empty((nr, ow), np.int64)
+    counts = np.empty(nr, np.int64)
+    for r in range(nr):
+        q = fill[r_due[r]]
+        fill[r_due[r]] = q + 1
+        for x in range(ow):
+            vals[q, x] = r_vals[r, x]
+        counts[q] = r_c[r]
+    return want_offs, vals, counts, nr
