@@ -61,6 +61,14 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see '{self.prog} --help')")
 
 
+# ``ddnumba run`` gathers an output's changes over runs into part files of about
+# PART_ROWS rows (so a stream of thousands of small input files does not become as
+# many small output files), writing at least every PART_RUNS runs (the capture warns
+# when updates wait 1,000 runs) and at the end.
+PART_ROWS = 100_000
+PART_RUNS = 500
+
+
 def _parser():
     p = _Parser(prog="ddnumba", description="Differential dataflow for Python: "
                 "incremental queries over Parquet change streams.")
@@ -122,6 +130,10 @@ def _parser():
                    help="replace existing output subdirectories")
     r.add_argument("--workers", type=int, default=None, metavar="W",
                    help="worker processes (default: DDNUMBA_WORKERS, else 1)")
+    r.add_argument("--part-rows", type=int, default=PART_ROWS, metavar="N",
+                   help=f"write an output's changes as a part file once N of them have "
+                   f"gathered, or {PART_RUNS} runs have passed, and at the end (default "
+                   f"{PART_ROWS:,}; 1: a part file per run that changed it)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
@@ -364,6 +376,8 @@ def _run(args):
         raise UsageError(f"{args.input}: --input is not a directory")
     if args.workers is not None and args.workers < 1:
         raise UsageError(f"--workers must be >= 1, got {args.workers}")
+    if args.part_rows < 1:
+        raise UsageError(f"--part-rows must be >= 1, got {args.part_rows}")
     if args.key is not None and args.query not in ("count", "join"):
         raise UsageError(f"--key applies to the count and join queries only, not to "
                          f"{args.query}")
@@ -414,13 +428,18 @@ def _run(args):
     dirs = {name: staged.get(name, t) for name, t in targets.items()}
     written = {name: [0, 0] for name in captures}       # updates, part files
 
-    def write_new():
-        # Each run's output changes become the next part file of the output's
-        # dataset. (Compared columns are checked first: nothing is written for a
-        # query whose inputs cannot be compared.)
+    def write_new(last=False):
+        # An output's changes become the next part file of its dataset once
+        # --part-rows of them (or PART_RUNS runs) have gathered, and at the end.
+        # (Compared columns are checked first: nothing is written for a query whose
+        # inputs cannot be compared.)
         _check_same_kind(enc, checks, inputs)
         wide = _compared_int_types(enc, checks)
         for name, cap in captures.items():
+            node = cap._node
+            if not last and node._pending_rows < args.part_rows and \
+                    node._pending_runs < PART_RUNS:
+                continue
             out_types = dict(types.get(name, {}))
             for out_col, in_col in from_input.items():
                 if in_col in enc.types and out_col not in out_types:
@@ -439,7 +458,7 @@ def _run(args):
         fed = feed_all([source(h, p, cols) for h, p, cols in inputs.values()],
                        progress=not args.no_progress, encoder=enc, order=args.order,
                        on_run=write_new)
-        write_new()
+        write_new(last=True)
     except BaseException:
         for name in captures:
             if name in staged:

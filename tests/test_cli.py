@@ -137,14 +137,19 @@ def test_run_count_with_key_and_join(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("parts", ["per-run", "default", "rows", "runs"])
 def test_run_streams_each_runs_changes_and_compacts(tmp_path, capsys, monkeypatch,
-                                                    workers):
-    # Many input files (a run each): every run's output changes become a part file,
-    # the captures compact themselves as they go (COMPACT_MIN 0), and the dataset
-    # still holds every change once: accumulated at every time it is the count of the
-    # input there.
+                                                    workers, parts):
+    # Many input files (a run each): the output's changes gather into part files
+    # (--part-rows 1: one per run; by default, of 100,000 rows: one here; of 7 rows;
+    # or one every PART_RUNS runs), the captures compact themselves as they go
+    # (COMPACT_MIN 0), and the dataset still holds every change once: accumulated at
+    # every time it is the count of the input there.
+    import ddnumba.cli as cli
     from ddnumba.operators.output import CaptureNode
     monkeypatch.setattr(CaptureNode, "COMPACT_MIN", 0)
+    if parts == "runs":
+        monkeypatch.setattr(cli, "PART_RUNS", 10)
     compactions = []
     real = CaptureNode.compact
     monkeypatch.setattr(CaptureNode, "compact",
@@ -171,13 +176,24 @@ def test_run_streams_each_runs_changes_and_compacts(tmp_path, capsys, monkeypatc
         write(str(inp / "input" / f"part-{t:03d}.parquet"), word=words,
               time=[t] * len(words), diff=diffs)
     argv = ["run", "count", "--input", inp, "--output", tmp_path / "out", "--no-progress"]
+    argv += {"per-run": ["--part-rows", 1], "default": [], "rows": ["--part-rows", 7],
+             "runs": []}[parts]
     if workers > 1:
         argv += ["--workers", workers]
     code, out, err = run_cli(argv, capsys)
     assert code == 0, err
-    parts = sorted(os.listdir(tmp_path / "out" / "count"))
-    assert len(parts) > T // 2, parts
-    assert f"in {len(parts)} part file(s)" in out
+    files = sorted(os.listdir(tmp_path / "out" / "count"))
+    assert f"in {len(files)} part file(s)" in out
+    rows = [pq.read_metadata(tmp_path / "out" / "count" / f).num_rows for f in files]
+    if parts == "per-run":
+        assert len(files) > T // 2, files
+    elif parts == "default":
+        assert len(files) == 1, files
+    elif parts == "rows":
+        assert 3 <= len(files) < T // 2 and min(rows[:-1]) >= 7, rows
+    else:
+        # after runs 10, 20, 30, 40, and the end (the input's close is a run too)
+        assert T // 10 <= len(files) <= T // 10 + 1, rows
     assert len(compactions) > 3 and compactions == sorted(compactions)
     tbl = pq.read_table(tmp_path / "out" / "count")
     assert f"count: {tbl.num_rows:,} updates" in out
@@ -464,17 +480,24 @@ def test_join_value_columns_of_one_name_and_two_types(tmp_path, capsys):
 
 def test_error_part_way_says_what_it_left_and_names_flags(tmp_path, capsys):
     # A string key in the third file: the error, then a note that the output holds
-    # the part files written before it.
+    # the part files written before it (a part per run: --part-rows 1).
     inp = tmp_path / "in"
     for f in range(3):
         write(str(inp / "input" / f"part-{f}.parquet"), k=[f] if f < 2 else ["x"],
               time=[f])
     code, _, err = run_cli(["run", "count", "--input", inp, "--output", tmp_path / "o",
-                            "--no-progress"], capsys)
+                            "--part-rows", 1, "--no-progress"], capsys)
     assert code == 2 and "part-2.parquet: column 'k'" in one_line(err)
     notes = [ln for ln in err.splitlines() if ln.startswith("ddnumba: note: ")]
     assert len(notes) == 1 and "is incomplete: 2 part file(s)" in notes[0], err
     assert len(os.listdir(tmp_path / "o" / "count")) == 2
+    # By default the changes were still gathering: nothing written, nothing to note.
+    code, _, err = run_cli(["run", "count", "--input", inp, "--output", tmp_path / "o1",
+                            "--no-progress"], capsys)
+    assert code == 2 and "part-2.parquet: column 'k'" in one_line(err)
+    assert "ddnumba: note" not in err
+    assert not os.path.isdir(tmp_path / "o1" / "count") or \
+        not os.listdir(tmp_path / "o1" / "count")
     # times going backwards (found before anything is written: no note), the error
     # naming --order, the CLI flag
     write(str(inp / "input" / "part-2.parquet"), k=[2], time=[0])
@@ -702,7 +725,7 @@ def test_an_error_in_query_code_part_way_says_what_was_left(tmp_path, capsys):
                          "    return {'input': i}, {'o': c.map(boom, names=['k'])}\n")
     with pytest.raises(RuntimeError, match="user code failed"):
         main(["run", str(q), "--input", str(inp), "--output", str(tmp_path / "out"),
-              "--no-progress"])
+              "--part-rows", "1", "--no-progress"])
     err = capsys.readouterr().err
     assert "out/o is incomplete" in err
 
