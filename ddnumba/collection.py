@@ -70,6 +70,17 @@ class _KeyColumns:
         return cols[:self.kw]
 
 
+class _Columns:
+    """``f(*columns) -> columns in the given order`` (a selection, which the native
+    engine runs without calling it)."""
+
+    def __init__(self, order):
+        self.order = tuple(order)
+
+    def __call__(self, *cols):
+        return tuple(cols[i] for i in self.order)
+
+
 # Reduces whose output holds each row once, whatever their input's counts.
 _SET_REDUCES = frozenset({"distinct", "count", "sum", "min", "max"})
 
@@ -475,9 +486,9 @@ class Collection:
         """
         kw = _key_width(key, self.names, "min")
         c = self._value_col(col, kw, "min")
-        return self._reduce(kw, _reduce_ops.logic_min(c), 1,
-                            self.names[:kw] + [name or f"min_{self.names[kw + c]}"], "min",
-                            spec=("min", c))
+        names = self.names[:kw] + [name or f"min_{self.names[kw + c]}"]
+        src, c = self._column_first(kw, c)
+        return src._reduce(kw, _reduce_ops.logic_min(c), 1, names, "min", spec=("min", c))
 
     def max(self, col=None, *, key=1, name=None):
         """``(key..., max)`` of ``col`` over rows with positive count.
@@ -486,9 +497,21 @@ class Collection:
         """
         kw = _key_width(key, self.names, "max")
         c = self._value_col(col, kw, "max")
-        return self._reduce(kw, _reduce_ops.logic_max(c), 1,
-                            self.names[:kw] + [name or f"max_{self.names[kw + c]}"], "max",
-                            spec=("max", c))
+        names = self.names[:kw] + [name or f"max_{self.names[kw + c]}"]
+        src, c = self._column_first(kw, c)
+        return src._reduce(kw, _reduce_ops.logic_max(c), 1, names, "max", spec=("max", c))
+
+    def _column_first(self, kw, c):
+        """For a ``min``/``max`` of value column ``c`` outside loops: the collection with
+        that column moved first among the values, and its new index (0). Rows are only
+        permuted, so every row keeps its count; the native engine then reads the key's
+        values in that column's order and stops at the first positive row
+        (kernels.rootorder), instead of accumulating the whole group."""
+        if c == 0 or self.scope.depth != 0:
+            return self, c
+        order = list(range(kw)) + [kw + c] + [kw + i for i in range(self.arity - kw)
+                                              if i != c]
+        return self.map(_Columns(order), names=[self.names[i] for i in order]), 0
 
     def _value_col(self, col, kw, op):
         vals = self.names[kw:]
