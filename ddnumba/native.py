@@ -688,21 +688,22 @@ class NativeEngine:
                         prm[i, 8] = 1
                         agg_nodes.append(i)
                     elif group == 0 and (spec[0] == "top_k" or (
-                            spec[0] in ("min", "max") and int(spec[1]) == 0)):
+                            spec[0] in ("min", "max") and int(spec[1]) == 0)) and \
+                            [c for c, _ in node.arranged.consumers] == [node]:
                         # Outside loops: min/max of value column 0 and top_k read
-                        # their input trace in value order (kernels.rootorder), which
-                        # needs it to themselves: no output rows in it.
+                        # their input trace in value order (kernels.rootorder), in a
+                        # trace shared with their output, tagged (input rows first).
                         prm[i, 8] = 2
                 pend_w.append(node.kw + 1)
                 seq = group > 0 and self.sequential[group - 1]
                 if prm[i, 8] == 1:
                     pass        # no trace at all (kernels.rootagg)
-                elif prm[i, 8] != 2 and not seq and \
+                elif not seq and \
                         [c for c, _ in node.arranged.consumers] == [node]:
                     # The reduce is its arrangement's only reader: input and output
                     # history share one trace, rows (key, tag, vals) (runtime
                     # _reduce_gather), so each key is looked up once per batch.
-                    if node.arranged.vw == node.ow:
+                    if node.arranged.vw == node.ow and prm[i, 8] != 2:
                         # Equal widths: rows unchanged, output updates stored at
                         # iteration -1 - i (no extra column).
                         prm[i, 9] = -1

@@ -8,27 +8,38 @@ The general reduce (:mod:`ddnumba.kernels.runtime`'s ``_reduce_gather`` and
 it at every due time: a change to a key holding a million values cost ~60 ms, and a
 batch of 100 changes to it 2 s (the accumulation is per due time).
 
-These three operators only need the first positive rows in value order. Each batch of
-the trace is sorted by ``(key, vals)``, so a key's rows in a batch are already in value
-order: :func:`ordered_want` merges the key's ranges of every batch (and of the new
-updates) lazily, one value row at a time, smallest first (largest first for ``max``),
-and stops as soon as every due time of the key has its answer. A value row's count at
-a due time is the sum of its entries at times ``<=`` it, so rows whose count is not
-positive (retracted, or never inserted at that time) are passed over, as the general
-reduce does. The work per key is the rows walked (usually the first few) plus a
-bisection per batch, whatever the size of the group.
+These three operators only need the first positive rows in value order. Their trace
+is shared with their output, rows ``(key, tag, vals)`` (tag 0 input, 1 output; see
+``ddnumba.native``), and each batch is sorted, so a key's input rows in a batch are a
+contiguous range already in value order. A key with more than SMALL rows in the trace
+is *big*: ``_reduce_gather`` gathers only its output rows and its new updates, and
+:func:`ordered_want` merges its input ranges of every batch (and the new updates)
+lazily, one value row at a time, smallest first (largest first for ``max``), stopping
+as soon as every due time of the key has its answer. A small key is gathered whole and
+walked the same way (as cheap as the general reduce). A value row's count at a due
+time is the sum of its entries at times ``<=`` it, so rows whose count is not positive
+are passed over, as the general reduce does.
 
-``min``/``max`` read column 0 of the values (the first column in the sort order); a
-``min``/``max`` of another column keeps the general reduce.
+The work per big key is the rows walked plus a bisection per batch, whatever the size
+of the group. The rows walked are usually the first few; rows retracted since the
+trace last merged the batches holding their insertion and their retraction are walked
+too (about 0.2 us each: one value row, one comparison per batch), so taking the
+smallest values out run after run costs in proportion to the retractions not yet
+merged away (100,000 values, 100 retracted per run: 0.6 ms a run).
+
+``min``/``max`` read column 0 of the values (the first column in the sort order);
+``Collection.min``/``max`` of another column move that column first with a selection.
 """
 import numpy as np
 from numba import njit
 
-from .batch import key_ranges
 from .rows import add_checked, leaf
 
 __all__ = ["ordered_want", "O_MIN", "O_MAX", "O_TOP_K"]
 
+# A key with at most SMALL input rows in the trace is gathered and sorted, as by any
+# reduce (runtime._reduce_gather); a larger one is merged lazily from its batches.
+SMALL = 64
 O_MIN = 0
 O_MAX = 1
 O_TOP_K = 2
@@ -75,29 +86,22 @@ def _grow2(a, n):
 
 
 @njit(cache=True, nogil=True)
-def ordered_want(spine, keys, kw, vw, due_offs, due_t, h_offs, h_vals, h_t, h_f, mode, k):
+def ordered_want(spine, lo, hi, big, off, vw, due_offs, due_t, h_offs, h_vals, h_t, h_f,
+                 mode, k):
     """The desired output of ``min``/``max`` (of value column 0) or ``top_k(k)`` at
     every due time of every key, in the layout of ``kernels.reduce._logic_*``:
     ``(want_offs, vals, counts, n)``, ``want_offs`` indexed by the global due index.
 
-    ``spine``: the input trace's batches (rows ``(key, vals)``, fenced), every update
-    at a time before the key's due times; ``keys`` sorted and unique; ``due_offs`` /
-    ``due_t`` (a column) each key's due times, ascending; ``h_*`` each key's new
-    updates sorted by ``(vals, t)`` (``h_t`` a column), as ``_reduce_gather`` returns
-    them for an empty input trace.
-    ``mode``: O_MIN, O_MAX or O_TOP_K (the ``k`` smallest rows, with multiplicity).
+    ``spine``: the input trace's batches, every update at a time before the key's due
+    times; a ``big`` key ``kk``'s input rows in batch ``b`` are ``lo[b, kk]:hi[b, kk]``,
+    sorted by their values, which start at column ``off``; ``due_offs`` / ``due_t`` (a
+    column) each key's due times, ascending; ``h_*`` each key's input history as
+    ``_reduce_gather`` gathered it, sorted by ``(vals, t)`` (``h_t`` a column): a big
+    key's new updates, a small key's whole history. ``mode``: O_MIN, O_MAX or O_TOP_K
+    (the ``k`` smallest rows, with multiplicity).
     """
-    nk = keys.shape[0]
+    nk = due_offs.shape[0] - 1
     nsp = len(spine)
-    lo = np.empty((nsp, nk), np.int64)
-    hi = np.empty((nsp, nk), np.int64)
-    qrows = np.arange(nk)
-    a = np.empty(nk, np.int64)
-    b = np.empty(nk, np.int64)
-    for s in range(nsp):
-        key_ranges(spine[s][0], spine[s][3], keys, qrows, kw, a, b)
-        lo[s] = a
-        hi[s] = b
     M = due_offs[nk]
     ow = 1 if mode != O_TOP_K else vw
     desc = mode == O_MAX
@@ -111,6 +115,7 @@ def ordered_want(spine, keys, kw, vw, due_offs, due_t, h_offs, h_vals, h_t, h_f,
     pos = np.empty(nsp + 1, np.int64)
     end = np.empty(nsp + 1, np.int64)
     cur = np.empty((1, vw), np.int64)
+    head = np.empty((nsp + 1, vw), np.int64)
     et = np.empty(16, np.int64)
     ef = np.empty(16, np.int64)
     un = np.empty(16, np.int64)
@@ -131,57 +136,68 @@ def ordered_want(spine, keys, kw, vw, due_offs, due_t, h_offs, h_vals, h_t, h_f,
             un[j] = j
             left[j] = k if mode == O_TOP_K else 1
         nun = D
-        # Source heads: pos moves up (down for max) to end.
-        for s in range(nsp):
+        # Source heads: pos moves up (down for max) to end; a small key's rows were
+        # all gathered (h_*: its only source, s0 = nsp), a big one's trace rows are
+        # read in place.
+        s0 = np.int64(0) if big[kk] else nsp
+        for s in range(s0, nsp):
             if desc:
                 pos[s] = hi[s, kk] - 1
                 end[s] = lo[s, kk] - 1
             else:
                 pos[s] = lo[s, kk]
                 end[s] = hi[s, kk]
+        a0 = h_offs[kk]
+        a1 = h_offs[kk + 1]
         if desc:
-            pos[nsp] = h_offs[kk + 1] - 1
-            end[nsp] = h_offs[kk] - 1
+            pos[nsp] = a1 - 1
+            end[nsp] = a0 - 1
         else:
-            pos[nsp] = h_offs[kk]
-            end[nsp] = h_offs[kk + 1]
+            pos[nsp] = a0
+            end[nsp] = a1
+        # each source's head row (the batches are fetched again only to advance)
+        for s in range(s0, nsp):
+            if pos[s] != end[s]:
+                bd = spine[s][0]
+                for x in range(vw):
+                    head[s, x] = bd[pos[s], off + x]
+        if pos[nsp] != end[nsp]:
+            for x in range(vw):
+                head[nsp, x] = hv[pos[nsp], x]
         while nun > 0:
             # the next value row: the least (greatest) head
             found = False
-            for s in range(nsp + 1):
+            for s in range(s0, nsp + 1):
                 if pos[s] == end[s]:
                     continue
-                if s < nsp:
-                    bd = spine[s][0]
-                    off = kw
-                else:
-                    bd = hv
-                    off = 0
                 if found:
-                    c = _cmp_rows(bd, pos[s], off, cur, 0, 0, vw)
+                    c = _cmp_rows(head, s, 0, cur, 0, 0, vw)
                     better = c > 0 if desc else c < 0
                 else:
                     better = True
                 if better:
                     for x in range(vw):
-                        cur[0, x] = bd[pos[s], off + x]
+                        cur[0, x] = head[s, x]
                     found = True
             if not found:
                 break
-            # its entries in every source
+            # its entries in every source whose head it is (the only batches fetched)
             ne = np.int64(0)
-            for s in range(nsp + 1):
+            for s in range(s0, nsp + 1):
+                if pos[s] == end[s] or _cmp_rows(head, s, 0, cur, 0, 0, vw) != 0:
+                    continue
                 if s < nsp:
-                    bd = spine[s][0]
-                    bt = spine[s][1]
-                    bf = spine[s][2]
-                    off = kw
+                    bat = spine[s]
+                    bd = bat[0]
+                    bt = bat[1]
+                    bf = bat[2]
+                    o = off
                 else:
                     bd = hv
                     bt = ht
                     bf = hf
-                    off = 0
-                while pos[s] != end[s] and _cmp_rows(bd, pos[s], off, cur, 0, 0, vw) == 0:
+                    o = 0
+                while pos[s] != end[s] and _cmp_rows(bd, pos[s], o, cur, 0, 0, vw) == 0:
                     if ne == et.shape[0]:
                         et = _grow(et, ne + 1)
                         ef = _grow(ef, ne + 1)
@@ -189,6 +205,9 @@ def ordered_want(spine, keys, kw, vw, due_offs, due_t, h_offs, h_vals, h_t, h_f,
                     ef[ne] = bf[pos[s]]
                     ne += 1
                     pos[s] += -1 if desc else 1
+                if pos[s] != end[s]:
+                    for x in range(vw):
+                        head[s, x] = bd[pos[s], o + x]
             _sort_by_time(et, ef, ne)
             # its count at each unresolved due time (ascending), the answers
             acc = np.int64(0)
@@ -202,6 +221,14 @@ def ordered_want(spine, keys, kw, vw, due_offs, due_t, h_offs, h_vals, h_t, h_f,
                     if ov:
                         raise OverflowError("reduce: a sum of input diffs overflows int64")
                     e += 1
+                if acc <= 0 and e == ne:
+                    # no later due time sees this row positive (a row retracted in an
+                    # earlier run, say, still in the trace): the rest stay unresolved
+                    if w != q:
+                        for q2 in range(q, nun):
+                            un[w + q2 - q] = un[q2]
+                    w += nun - q
+                    break
                 if acc > 0:
                     c = acc if mode == O_TOP_K else np.int64(1)
                     if c > left[j]:

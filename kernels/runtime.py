@@ -62,7 +62,7 @@ from .reduce import (L_CALLBACK, L_COUNT, L_DISTINCT, L_MAX, L_MIN, L_SUM,  # no
                      L_TOP_K, LOGIC, _accumulate, _logic_count, _logic_extreme,
                      _logic_sum, _logic_top_k)
 from .rootagg import agg_step, distinct_step
-from .rootorder import O_MAX, O_MIN, O_TOP_K, ordered_want
+from .rootorder import O_MAX, O_MIN, O_TOP_K, SMALL as ORDER_SMALL, ordered_want
 from .rows import add_checked, leaf, list_item, list_leaf, mul_checked
 from .seqloop import S_LEAVE as SEQ_LEAVE, _nodes as seq_nodes, pack_fields
 from .seqloop import leave_rows as seq_leave_rows, run_times as seq_run_times
@@ -1240,13 +1240,19 @@ def _move_left(vals, ts, fs, src, dst, n):
 
 
 @njit(cache=True, nogil=True)
-def _reduce_gather(new, spine, out_spine, pend, kw, vw, ow, k, p, share, fold):
+def _reduce_gather(new, spine, out_spine, pend, kw, vw, ow, k, p, share, fold, split):
     """Phase 1 of a reduce round: keys, their due outer times, histories, pending.
 
     Returns ``(keys, due_offs, due_t, h_offs, h_vals, h_t, h_f, o_offs, o_vals, o_t,
-    o_f, new_pend)``: per key (sorted), its due outer times (ascending, unique), its
-    input history at iterations ``<= k`` sorted by (val, t), its output history the
-    same way, and the reduce's pending entries afterwards.
+    o_f, new_pend, in_lo, in_hi, big)``: per key (sorted), its due outer times
+    (ascending, unique), its input history at iterations ``<= k`` sorted by (val, t),
+    its output history the same way, and the reduce's pending entries afterwards.
+
+    ``split`` (needs ``share > 0``; a root min/max/top_k, see kernels.rootorder): the
+    input rows in the trace of a key with more than ORDER_SMALL of them (``big[kk]``)
+    are not gathered, only its new batch's: ``in_lo[b, kk]:in_hi[b, kk]`` are its
+    input rows in batch ``b`` (empty for a small key; ``(0, 0)`` arrays and ``big``
+    empty without ``split``).
 
     Batch-major: every batch is searched for all keys in one pass, then each key's rows
     are read once and copied to its slot (no per-key allocation), and the slots are
@@ -1264,6 +1270,8 @@ def _reduce_gather(new, spine, out_spine, pend, kw, vw, ow, k, p, share, fold):
     copied, sorted and walked one by one: the walk starts at ``m`` and only needs
     their sum there (the rest of the history is unchanged).
     """
+    if split and share <= 0:
+        raise RuntimeError("reduce: internal error: split needs a tagged shared trace")
     voff = kw + 1 if share > 0 else kw
     nd, nt, nf = new
     pd, pt, pf = pend
@@ -1322,6 +1330,39 @@ def _reduce_gather(new, spine, out_spine, pend, kw, vw, ow, k, p, share, fold):
     hi = np.empty((nsrc, nk), np.int64)
     for sidx in range(nsp):
         _ranges(spine[sidx][0], spine[sidx][3], keys, kw, lo, hi, sidx)
+    in_lo = np.empty((nsp if split else 0, nk), np.int64)
+    in_hi = np.empty((nsp if split else 0, nk), np.int64)
+    bigk = np.zeros(nk if split else 0, np.bool_)
+    if split:
+        # A key's rows in a shared trace: input (tag 0), then output (tag 1). A key
+        # with more than ORDER_SMALL rows in the trace is big: its input rows are left
+        # where they are (in_lo:in_hi, read in place by kernels.rootorder), only its
+        # output rows are gathered. A small key is gathered whole, as for any reduce.
+        for sidx in range(nsp):
+            for kk in range(nk):
+                in_lo[sidx, kk] = hi[sidx, kk] - lo[sidx, kk]
+        for kk in range(nk):
+            tot = np.int64(0)
+            for sidx in range(nsp):
+                tot += in_lo[sidx, kk]
+            bigk[kk] = tot > ORDER_SMALL
+        for sidx in range(nsp):
+            bd = spine[sidx][0]
+            for kk in range(nk):
+                a = lo[sidx, kk]
+                b = hi[sidx, kk]
+                in_lo[sidx, kk] = a
+                if not bigk[kk]:
+                    in_hi[sidx, kk] = a
+                    continue
+                while a < b:
+                    mid = (a + b) >> 1
+                    if bd[mid, kw] == 0:
+                        a = mid + 1
+                    else:
+                        b = mid
+                in_hi[sidx, kk] = a
+                lo[sidx, kk] = a
     _ranges(nd, np.empty((0, 1), np.int64), keys, kw, lo, hi, nsp)
     for sidx in range(nso):
         _ranges(out_spine[sidx][0], out_spine[sidx][3], keys, kw, lo, hi, nsp + 1 + sidx)
@@ -1565,7 +1606,8 @@ def _reduce_gather(new, spine, out_spine, pend, kw, vw, ow, k, p, share, fold):
         o += 1
     new_pend = (qd[:o], qt[:o], qf[:o])
     return (keys, due_offs, due_t[:ndue].reshape((ndue, 1)), h_offs, h_vals,
-            h_t.reshape((nh, 1)), h_f, o_offs, o_vals, o_t.reshape((no, 1)), o_f, new_pend)
+            h_t.reshape((nh, 1)), h_f, o_offs, o_vals, o_t.reshape((no, 1)), o_f, new_pend,
+            in_lo, in_hi, bigk)
 
 
 @njit(cache=True, nogil=True)
@@ -1885,20 +1927,21 @@ def _step_reduce(prog, st, n, p, k):
     out_spine = st[1][s_out] if share == 0 else _EMPTY_SPINE()
     fold = logic == L_DISTINCT and vw == 0 and ow == 0
     # A root min/max (of value column 0) or top_k reads its input trace in value order
-    # (kernels.rootorder): only the new updates are gathered here.
+    # (kernels.rootorder). Its trace is shared with its output, rows (key, tag, vals)
+    # (see ddnumba.native): the gather finds each key's input rows in every batch but
+    # gathers only the new batch's, and the output history.
     ordered = prm[n, 8] == 2
-    in_spine = _EMPTY_SPINE() if ordered else st[1][s_in]
     (keys, due_offs, due_t, h_offs, h_vals, h_t, h_f, o_offs, o_vals, o_t, o_f,
-     new_pend) = _reduce_gather(new, in_spine, out_spine, pend, kw, vw, ow, k, p,
-                                share, fold)
+     new_pend, in_lo, in_hi, big) = _reduce_gather(new, st[1][s_in], out_spine, pend, kw,
+                                                   vw, ow, k, p, share, fold, ordered)
     st[5][pid] = new_pend
     if due_t.shape[0] == 0:
         return
     if ordered:
         mode = O_MIN if logic == L_MIN else (O_MAX if logic == L_MAX else O_TOP_K)
-        w_offs, w_vals, w_counts, nw = ordered_want(st[1][s_in], keys, kw, vw, due_offs,
-                                                    due_t, h_offs, h_vals, h_t, h_f, mode,
-                                                    lparam)
+        w_offs, w_vals, w_counts, nw = ordered_want(st[1][s_in], in_lo, in_hi, big, kw + 1,
+                                                    vw, due_offs, due_t, h_offs, h_vals,
+                                                    h_t, h_f, mode, lparam)
         ck, cv, ct, cf = _corrections_1d(due_offs, due_t, w_offs, w_vals[:nw],
                                          w_counts[:nw], o_offs, o_vals, o_t, o_f)
         _reduce_emit(prog, st, n, keys, ck, cv, ct, cf, kw, ow, k, s_out)
