@@ -35,7 +35,17 @@ def spark():
 # pytest.mark.usefixtures("loop_mode")``) run once in each mode, so that both stay
 # tested against their oracles whatever the default (module scope: hypothesis tests
 # cannot take function-scoped fixtures).
-@pytest.fixture(scope="module", params=["sequential", "rounds"])
+# With worker processes (DDNUMBA_WORKERS > 1, as in the reruns of tests/test_workers.py)
+# every dataflow runs the Python engine, which has no loop modes: one pass is enough.
+def _loop_modes():
+    try:
+        workers = int(os.environ.get("DDNUMBA_WORKERS", "1"))
+    except ValueError:
+        workers = 1
+    return ["sequential", "rounds"] if workers <= 1 else ["sequential"]
+
+
+@pytest.fixture(scope="module", params=_loop_modes())
 def loop_mode(request):
     from oracle import loops_in
     with loops_in(request.param):

@@ -21,6 +21,7 @@ with the number of changes.
 from __future__ import annotations
 
 import itertools
+import os
 from collections import Counter
 
 import networkx as nx
@@ -35,7 +36,9 @@ from ddnumba.trace import Spine
 # every test here runs with the native engine's loops sequential and round-wise
 pytestmark = pytest.mark.usefixtures("loop_mode")
 
-MODES = ("step", "batch")
+# DDNUMBA_ORACLE_MODES (tests/oracle.py) narrows these too: its "all" is "batch" here.
+MODES = tuple({"all": "batch"}.get(m, m)
+              for m in os.environ.get("DDNUMBA_ORACLE_MODES", "step,all").split(","))
 
 
 # ------------------------------------------------------------------ random streams
