@@ -50,6 +50,9 @@ SETTINGS = settings(
 #: coordinate); ``DDNUMBA_ORACLE_MODES`` (comma-separated) narrows them, as the
 #: multi-worker reruns of the oracle modules do (tests/test_workers.py).
 MODES = tuple(os.environ.get("DDNUMBA_ORACLE_MODES", "all,step").split(","))
+if not MODES or set(MODES) - {"all", "step"}:
+    raise ValueError(f"DDNUMBA_ORACLE_MODES: expected 'all', 'step' or 'all,step', "
+                     f"got {os.environ.get('DDNUMBA_ORACLE_MODES')!r}")
 
 
 # ------------------------------------------------------------------------------ times

@@ -21,7 +21,6 @@ with the number of changes.
 from __future__ import annotations
 
 import itertools
-import os
 from collections import Counter
 
 import networkx as nx
@@ -32,13 +31,14 @@ import ddnumba as dd
 from ddnumba import algorithms as alg
 from ddnumba.operators.iterate import LoopNode
 from ddnumba.trace import Spine
+from oracle import MODES as ORACLE_MODES
 
 # every test here runs with the native engine's loops sequential and round-wise
 pytestmark = pytest.mark.usefixtures("loop_mode")
 
-# DDNUMBA_ORACLE_MODES (tests/oracle.py) narrows these too: its "all" is "batch" here.
-MODES = tuple({"all": "batch"}.get(m, m)
-              for m in os.environ.get("DDNUMBA_ORACLE_MODES", "step,all").split(","))
+# The oracle's modes (narrowed by DDNUMBA_ORACLE_MODES), in this module's order and
+# names: the oracle's "all" is "batch" here.
+MODES = tuple({"all": "batch"}.get(m, m) for m in ("step", "all") if m in ORACLE_MODES)
 
 
 # ------------------------------------------------------------------ random streams
