@@ -11,6 +11,8 @@ from __future__ import annotations
 import collections
 import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -57,11 +59,13 @@ def loop_mode(request):
 # to differ, the runtime's compile would compile it a second time: minutes lost on a
 # cold start, and no test would notice. Kernels compile only without a cache (CI, from
 # a fresh clone, compiles them all within the suite); there a second compile fails the
-# session. (On a cold start with two cores a helper process compiles it instead and
-# this process loads it from the cache: then a differing signature leaves two in
-# ``run_times.signatures``, which tests/test_compile_notice.py checks.)
+# session, in any process of it (a worker reports it to the controller). (On a cold
+# start with two cores a helper process compiles it instead and this process loads it
+# from the cache: then a differing signature leaves two in ``run_times.signatures``,
+# which tests/test_compile_notice.py checks, and so does the up-front compile below.)
 _COMPILES = collections.Counter()
 _ONCE = ("ddnumba.kernels.seqloop.run_times",)
+_FAILED_ELSEWHERE = []      # (the controller's: what its workers or the warm-up found)
 
 
 def pytest_configure(config):
@@ -76,11 +80,99 @@ def pytest_configure(config):
             pass
 
     event.register("numba:compile", CompileCounter())
+    if _distributing(config):
+        _compile_runtime_first(config)
 
 
+# The suite runs in parallel worker processes (pytest-xdist: ``-n auto`` in the
+# pyproject's ``addopts``; ``-n 0`` runs it in one process). On a fresh checkout the
+# first native dataflow compiles the native runtime (minutes): every worker would
+# compile it at once, each with the compile helper beside it. The controller compiles
+# it once before the workers start, in a subprocess (itself using both cores through
+# the helper, see ddnumba.native.compile_runtime), and the workers load it from
+# Numba's cache. With the runtime cached already the subprocess only checks that.
+_WARM_UP = """
+import sys
+from ddnumba import native
+from ddnumba.kernels import runtime
+if native._cache_entries(runtime.run) != 0:
+    sys.exit(0)          # cached (or a cache layout this check cannot read)
+print("ddnumba tests: compiling the native runtime once, before the test workers "
+      "start (a few minutes on a fresh checkout)", file=sys.stderr, flush=True)
+import ddnumba as dd
+from ddnumba.algorithms import reachability
+df = dd.Dataflow(engine="native")
+ri, roots = df.new_input(["node"])
+ei, edges = df.new_input(["src", "dst"])
+out = reachability(roots, edges).capture()
+ri.insert([1], time=0)
+ei.insert([1, 2], [2, 3], time=0)
+ri.advance_to(1)
+ei.advance_to(1)
+df.run()
+got = sorted(r["node"] for r in out.at(0).to_pylist())
+assert got == [1, 2, 3], got
+from ddnumba.kernels import seqloop
+sigs = seqloop.run_times.signatures
+if len(sigs) != 1:
+    print(f"ddnumba tests: kernels.seqloop.run_times has {len(sigs)} signatures after "
+          f"the runtime's compile (a signature in ddnumba.native differs from the one "
+          f"its caller uses)", file=sys.stderr)
+    sys.exit(3)
+"""
+
+
+def _distributing(config):
+    """Whether this process is the controller of a run in worker processes."""
+    return (not hasattr(config, "workerinput")
+            and bool(getattr(config.option, "numprocesses", 0))
+            and not config.getoption("collectonly"))
+
+
+def _compile_runtime_first(config):
+    capman = config.pluginmanager.getplugin("capturemanager")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with capman.global_and_fixture_disabled():
+        proc = subprocess.run([sys.executable, "-c", _WARM_UP], cwd=root)
+    if proc.returncode == 3:
+        _FAILED_ELSEWHERE.append("the up-front compile of the native runtime compiled "
+                                 "kernels.seqloop.run_times for two signatures")
+    elif proc.returncode != 0:
+        # (the workers then compile it themselves, and the tests say what is wrong)
+        _FAILED_ELSEWHERE.append(f"the up-front compile of the native runtime failed "
+                                 f"(exit status {proc.returncode})")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``slow`` first (a stable sort: the rest keep their order), so that
+    parallel workers do not wait at the end on one long test started last."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """(controller) A worker's report of kernels it compiled twice."""
+    twice = getattr(node, "workeroutput", {}).get("ddnumba_compiled_twice")
+    if twice:
+        worker = getattr(node, "workerinput", {}).get("workerid", "?")
+        _FAILED_ELSEWHERE.append(f"worker {worker}: kernels compiled more than once "
+                                 f"(a signature in ddnumba.native differs from the one "
+                                 f"its caller uses): {twice}")
+
+
+# (tryfirst: a worker sends its workeroutput in its own pytest_sessionfinish)
+@pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session, exitstatus):
     twice = {k: _COMPILES[k] for k in _ONCE if _COMPILES[k] > 1}
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if twice and workeroutput is not None:
+        workeroutput["ddnumba_compiled_twice"] = twice      # (sent to the controller)
+    problems = list(_FAILED_ELSEWHERE)
     if twice:
-        print(f"\nkernels compiled more than once in this process (a signature in "
-              f"ddnumba.native differs from the one its caller uses): {twice}")
+        problems.append(f"kernels compiled more than once in this process (a "
+                        f"signature in ddnumba.native differs from the one its caller "
+                        f"uses): {twice}")
+    for p in problems:
+        print(f"\n{p}")
+    if problems:
         session.exitstatus = 1

@@ -12,6 +12,7 @@ from ddnumba.bench import main
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_ab_alternates_fresh_processes_and_summarizes(capsys):
     """Both sides are this checkout (no compile): runs go base, new, new, base; every
     answer matches BFS; the summary's medians are those of the printed runs."""

@@ -564,6 +564,7 @@ def _console_script():
     return [script] if os.path.exists(script) else [sys.executable, "-m", "ddnumba.cli"]
 
 
+@pytest.mark.slow
 @pytest.mark.spark
 def test_demo_small_matches_and_writes_outputs(tmp_path):
     pytest.importorskip("pyspark")

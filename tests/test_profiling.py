@@ -56,6 +56,7 @@ def _skip_unless_perf_records(tmp_path):
         pytest.skip("perf record is not permitted here")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("perf") is None, reason="perf is not installed")
 def test_bench_profile_names_the_kernels(tmp_path):
     _skip_unless_perf_records(tmp_path)

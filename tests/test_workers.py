@@ -381,6 +381,7 @@ def test_close_stops_workers_and_releases_memory():
 # halves the time these reruns take in CI (~280 s warm for both modes at both counts).
 # Three workers get "step" (several runs: frontiers and exchanges among three peers
 # from run to run); two get "all" (one run holding every time of the stream).
+@pytest.mark.slow
 @pytest.mark.parametrize("workers, mode", [(2, "all"), (3, "step")])
 def test_oracle_suite_with_workers(workers, mode):
     """A sample of every oracle test module, run in a subprocess with DDNUMBA_WORKERS."""
@@ -391,7 +392,7 @@ def test_oracle_suite_with_workers(workers, mode):
     env = dict(os.environ, DDNUMBA_WORKERS=str(workers), DDNUMBA_ORACLE_EXAMPLES="3",
                DDNUMBA_ORACLE_MODES=mode)
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+        [sys.executable, "-m", "pytest", "-q", "-x", "-n", "0", "-p", "no:cacheprovider",
          "-k", "not roadmap", *files],
         env=env, capture_output=True, text=True, timeout=1500)
     tail = (proc.stdout + proc.stderr)[-3000:]
