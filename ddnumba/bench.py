@@ -567,6 +567,21 @@ def _ratio_lines(rows, engines, workers):
                           f"{r['changes_per_s'] / base[key]:.2f}x over "
                           f"W=1, {r['changes_per_s'] / r['workers']:.0f} changes/s per "
                           f"worker")
+        if len(engines) > 1:
+            # Workers run the Python engine: set each W > 1 against one process of
+            # every other engine ("--workers 1 2 --engine native python": is it worth
+            # using workers rather than one native process?).
+            one = [r for r in rows if r["workers"] == 1]
+            for r in rows:
+                if r["workers"] == 1:
+                    continue
+                for r1 in one:
+                    if (r1["n"], r1["batch"]) == (r["n"], r["batch"]) and \
+                            r1["requested"] != r["requested"]:
+                        print(f"N={r['n']} B={r['batch']}: W={r['workers']} {_ran(r)} "
+                              f"{r['changes_per_s']:.0f} changes/s, W=1 {_ran(r1)} "
+                              f"{r1['changes_per_s']:.0f} changes/s: ratio "
+                              f"{r['changes_per_s'] / r1['changes_per_s']:.2f}x")
     if len(engines) > 1:
         # The first engine given is the reference: "--engine native python" prints
         # native/python changes/s (> 1: native is faster), per N, B and W.

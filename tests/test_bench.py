@@ -289,3 +289,26 @@ def test_bench_pair_setup_must_exist():
     from ddnumba.bench import main
     with pytest.raises(SystemExit, match="--setup /nonexistent_xyz.py: no such file"):
         main(["pair", "--setup", "/nonexistent_xyz.py"])
+
+
+def test_ratio_lines_set_workers_against_one_process_of_each_engine(capsys):
+    """With several worker counts and engines, a W > 1 row (the Python engine) is
+    compared with its own engine at W=1 and with each other engine's single process."""
+    from ddnumba.bench import _ratio_lines
+
+    def row(w, e, cps, b=100):
+        return {"n": 1000, "batch": b, "workers": w, "requested": e, "engine": e,
+                "changes_per_s": cps}
+    rows = [row(1, "native", 8000.0), row(1, "python", 400.0), row(2, "python", 500.0),
+            row(1, "native", 9000.0, b=10)]
+    _ratio_lines(rows, ["native", "python"], [1, 2])
+    out = capsys.readouterr().out.splitlines()
+    assert "N=1000 B=100 engine=python: W=2 speedup 1.25x over W=1, 250 changes/s per " \
+           "worker" in out
+    assert "N=1000 B=100: W=2 python 500 changes/s, W=1 native 8000 changes/s: ratio " \
+           "0.06x" in out
+    # (no W=2 row at B=10, and no cross line against the W=2 row's own engine)
+    assert not any("B=10:" in line and "W=2" in line for line in out)
+    assert sum("W=1 python" in line and "W=2 python" in line for line in out) == 0
+    assert "N=1000 B=100 W=1: native 8000 changes/s, python 400 changes/s: ratio " \
+           "native/python 20.00x" in out
