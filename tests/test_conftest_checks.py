@@ -1,0 +1,98 @@
+"""The suite's own checks (tests/conftest.py) hold when it runs in worker processes:
+a kernel compiled twice fails the session whether a worker or the only process
+compiled it, a failed up-front compile of the native runtime fails it, and tests
+marked ``slow`` are collected first.
+
+Each case runs pytest in a subprocess on a small module in a temporary directory,
+whose conftest loads this suite's conftest under another name and takes its hooks;
+the function watched for a second compile is the module's own (compiling it costs
+milliseconds, where ``seqloop.run_times`` costs minutes)."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+CONFTEST = textwrap.dedent(f"""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "ddnumba_suite_conftest", {os.path.join(HERE, "conftest.py")!r})
+    suite = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(suite)
+    suite._ONCE = suite._ONCE + ("test_twice.twice",)
+    WARM_UP = {{WARM_UP}}
+    if WARM_UP is not None:
+        suite._WARM_UP = WARM_UP
+    pytest_configure = suite.pytest_configure
+    pytest_collection_modifyitems = suite.pytest_collection_modifyitems
+    pytest_testnodedown = suite.pytest_testnodedown
+    pytest_sessionfinish = suite.pytest_sessionfinish
+""")
+
+MODULE = textwrap.dedent("""
+    import pytest
+    from numba import njit
+
+    @njit
+    def twice(x):
+        return x + 1
+
+    def test_first():
+        assert twice(1) == 2
+        if {COMPILE_TWICE}:
+            assert twice(1.5) == 2.5       # a second signature: a second compile
+
+    @pytest.mark.slow
+    def test_last_but_slow():
+        pass
+""")
+
+
+def _run(tmp_path, args, *, compile_twice=False, warm_up=None):
+    (tmp_path / "conftest.py").write_text(CONFTEST.replace("{WARM_UP}", repr(warm_up)))
+    (tmp_path / "test_twice.py").write_text(
+        MODULE.replace("{COMPILE_TWICE}", str(compile_twice)))
+    (tmp_path / "pytest.ini").write_text(
+        "[pytest]\nmarkers =\n    slow: long\n")
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"))
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("args", [["-n", "2"], ["-n", "0"]], ids=["workers", "one"])
+def test_a_kernel_compiled_twice_fails_the_session(tmp_path, args):
+    if args[1] != "0":
+        ok = _run(tmp_path, args, warm_up="pass")
+        assert ok.returncode == 0, ok.stdout + ok.stderr
+        assert "compiled more than once" not in ok.stdout
+    bad = _run(tmp_path, args, compile_twice=True, warm_up="pass")
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert "2 passed" in bad.stdout
+    assert "'test_twice.twice': 2" in bad.stdout
+    if args[1] != "0":
+        assert "worker gw" in bad.stdout         # reported by the worker that ran it
+
+
+@pytest.mark.parametrize("code, says", [
+    (3, "compiled kernels.seqloop.run_times for two signatures"),
+    (1, "the up-front compile of the native runtime failed (exit status 1)")])
+def test_a_failed_up_front_compile_fails_the_session(tmp_path, code, says):
+    proc = _run(tmp_path, ["-n", "2"], warm_up=f"import sys; sys.exit({code})")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "2 passed" in proc.stdout and says in proc.stdout
+
+
+def test_one_process_compiles_nothing_up_front(tmp_path):
+    proc = _run(tmp_path, ["-n", "0"], warm_up="import sys; sys.exit(3)")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_slow_tests_are_collected_first(tmp_path):
+    proc = _run(tmp_path, ["--collect-only"], warm_up="pass")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ids = [line for line in proc.stdout.splitlines() if "::" in line]
+    assert ids == ["test_twice.py::test_last_but_slow", "test_twice.py::test_first"]
