@@ -129,6 +129,8 @@ def state_records(df):
             sp = getattr(node, attr, None)
             if sp is not None and hasattr(sp, "batches"):
                 total += len(sp)
+        if hasattr(node, "hashed_records"):
+            total += node.hashed_records()
     return total
 
 

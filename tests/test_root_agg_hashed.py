@@ -1,7 +1,7 @@
-"""The native engine's count and sum outside loops keep hashed current state
-(kernels.rootagg) instead of traces: checked against a brute-force oracle at every
-time, against the Python engine's update stream, for bounded state, and for
-overflow."""
+"""Count and sum outside loops keep hashed current state (kernels.rootagg) instead of
+traces, on the native engine and (with one time coordinate) on the Python engine:
+checked against a brute-force oracle at every time on both engines, the engines'
+update streams against each other, for bounded state, and for overflow."""
 import numpy as np
 import pytest
 
@@ -45,11 +45,12 @@ def _stream(rng, runs, keys, per_run, span):
     return out
 
 
+@pytest.mark.parametrize("engine", ["native", "python"])
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_root_count_and_sum_match_the_oracle_at_every_time(seed):
+def test_root_count_and_sum_match_the_oracle_at_every_time(seed, engine):
     rng = np.random.default_rng(seed)
     stream = _stream(rng, runs=25, keys=9, per_run=40, span=4)
-    df = dd.Dataflow(engine="native")
+    df = dd.Dataflow(engine=engine)
     a_in, b_in, (ca, sa, cb, cj) = _program(df)
     rows_a, rows_b = [], []
     done = 0
@@ -169,10 +170,64 @@ def test_root_count_state_is_current_state_only():
     df.close()
 
 
-def test_root_count_a_total_of_zero_with_values_present():
+def test_python_engine_root_count_reads_no_history():
+    """On the Python engine, a count or sum with one time coordinate holds each key's
+    non-zero values and its output in hash tables and nothing else: no output trace,
+    no read of its arrangement's history (a change to a key of 1,000 values costs
+    what it costs for a key of one), the same entries after 100 runs of churn, none
+    once everything is retracted; ``bench.state_records`` counts them."""
+    from ddnumba.bench import _all_nodes, state_records
+    from ddnumba.operators.reduce import ReduceNode
+    df = dd.Dataflow(engine="python")
+    a_in, a = df.new_input(["k", "v"])
+    ca = a.count().capture()
+    sa = a.sum("v").capture()
+    ks, vs = np.arange(1000) % 200, np.arange(1000)
+    ks[:600] = 0                       # key 0: 600 values
+    a_in.insert(ks, vs, time=0)
+    a_in.advance_to(1)
+    df.run()
+    reduces = [n for n in _all_nodes(df) if isinstance(n, ReduceNode)]
+    assert len(reduces) == 2
+    n_keys = len(set(ks.tolist()))
+    assert [r.hashed_records() for r in reduces] == [1000 + n_keys] * 2
+    assert state_records(df) >= 2 * (1000 + n_keys)
+
+    def refuse(*_a, **_k):
+        raise AssertionError("a hashed count read its arrangement's history")
+
+    for r in reduces:
+        r.arranged.spine.gather = refuse
+    rng = np.random.default_rng(3)
+    for t in range(1, 101):
+        pick = rng.choice(1000, 3, replace=False)
+        a_in.remove(ks[pick], vs[pick], time=t)
+        a_in.insert(ks[pick], vs[pick], time=t + 1)
+        a_in.advance_to(t + 1)
+        df.run()
+        want = {}
+        wsum = {}
+        for i in set(range(1000)) - set(pick.tolist()):
+            want[int(ks[i])] = want.get(int(ks[i]), 0) + 1
+            wsum[int(ks[i])] = wsum.get(int(ks[i]), 0) + int(vs[i])
+        assert _got(ca, t) == want and _got(sa, t) == wsum, t
+    a_in.advance_to(102)
+    df.run()
+    assert [r.hashed_records() for r in reduces] == [1000 + n_keys] * 2
+    assert all(len(r.out) == 0 for r in reduces)
+    a_in.remove(ks, vs, time=102)
+    a_in.advance_to(103)
+    df.run()
+    assert _got(ca, 102) == {} and _got(sa, 102) == {}
+    assert [r.hashed_records() for r in reduces] == [0, 0]
+    df.close()
+
+
+@pytest.mark.parametrize("engine", ["native", "python"])
+def test_root_count_a_total_of_zero_with_values_present(engine):
     """A key whose values' counts are non-zero but add up to zero has the output
     ``(key, 0)``; it goes when the values go."""
-    df = dd.Dataflow(engine="native")
+    df = dd.Dataflow(engine=engine)
     a_in, c = df.new_input(["k", "v"])
     cap = c.count().capture()
     a_in.update([1, 1], [10, 20], time=0, diff=[2, -2])
@@ -186,9 +241,10 @@ def test_root_count_a_total_of_zero_with_values_present():
     df.close()
 
 
+@pytest.mark.parametrize("engine", ["native", "python"])
 @pytest.mark.parametrize("what", ["count", "sum"])
-def test_root_count_and_sum_overflow_raise(what):
-    df = dd.Dataflow(engine="native")
+def test_root_count_and_sum_overflow_raise(what, engine):
+    df = dd.Dataflow(engine=engine)
     a_in, c = df.new_input(["k", "v"])
     cap = (c.count() if what == "count" else c.sum("v")).capture()
     big = 2 ** 62

@@ -18,6 +18,12 @@ output can change at times where no input changed: at *joins* of input times (in
 All distinct times of a batch go through one pass of each kernel (``kernels/reduce.py``).
 With one time coordinate the closure is the set of new times and accumulation walks
 times in order. Input and output traces compact to the node's frontier after each step.
+
+A ``count`` or ``sum`` with one time coordinate keeps no output trace and reads no
+history: every update it has seen is earlier than the new batch's, so the current
+count of each ``(key, vals)`` and each key's total, in hash tables, are all it needs
+(:func:`ddnumba.kernels.rootagg.agg_step`, as the native engine's root counts). A
+one-row change then costs the same whatever the size of its key's group.
 """
 from __future__ import annotations
 
@@ -29,6 +35,7 @@ from ddnumba.dataflow import Node
 from ddnumba.kernels import consolidate as _consolidate
 from ddnumba.kernels import lattice as _lattice
 from ddnumba.kernels import reduce as _reduce
+from ddnumba.kernels import rootagg as _rootagg
 from ddnumba.operators.arrange import (batches_to_flat, group_by_key, offsets_for,
                                        take_batches, unique_rows)
 from ddnumba.trace import Batch, Spine
@@ -49,8 +56,8 @@ class ReduceNode(Node):
 
     def __init__(self, scope, arranged, logic, ow, names, *, name=None, fast=None,
                  spec=None):
-        # ``fast = ("count" | "sum", col)``: with one time coordinate, count and sum are
-        # computed by walking each key's updates once (kernels.reduce.count_sum_1d).
+        # ``fast = ("count" | "sum", col)``: with one time coordinate, count and sum keep
+        # hashed current state (kernels.rootagg) instead of an output trace.
         self.fast = fast
         # ``spec = (name, param)`` names built-in logic the native runtime runs itself
         # (count, sum, min, max, distinct, top_k); None: it calls ``logic`` back.
@@ -67,6 +74,19 @@ class ReduceNode(Node):
         d = scope.dims
         self.pend_keys = np.empty((0, self.kw), _I64)
         self.pend_times = np.empty((0, d), _I64)
+        # count/sum with one time coordinate: (tab, arena, meta) of kernels.rootagg
+        self.hashed = None
+        if fast is not None and d == 1:
+            self.hashed = (np.zeros((0, 1), _I64), np.zeros((0, 1), _I64),
+                           np.zeros(4, _I64))
+
+    def hashed_records(self):
+        """Entries of the hashed state (values present plus keys with an output);
+        0 without one."""
+        if self.hashed is None:
+            return 0
+        meta = self.hashed[2]
+        return int(meta[_rootagg.M_VALUES] + meta[_rootagg.M_KEYS])
 
     def held_times(self):
         return [self.pend_times] if len(self.pend_times) else []
@@ -78,6 +98,11 @@ class ReduceNode(Node):
         kw, d = self.kw, self.dims
         frontier = self.frontier
         new = batches_to_flat(take_batches(self, 0), kw, self.arranged.vw, d)
+        if self.hashed is not None:
+            self._step_hashed(new)
+            self.in_handle.set_frontier(frontier)
+            self.out_handle.set_frontier(frontier)
+            return
         seed_keys = [new[0][:, :kw]]
         seed_times = [new[1]]
         if len(self.pend_times):
@@ -96,6 +121,21 @@ class ReduceNode(Node):
         self.in_handle.set_frontier(frontier)
         self.out_handle.set_frontier(frontier)
 
+    def _step_hashed(self, new):
+        """A count or sum over hashed current state: ``new`` is the arrangement's
+        batch, sorted by data and consolidated, all of it later than what the state
+        has seen (the arrangement passes on closed times only)."""
+        nd, nt, nf = new
+        if not len(nf):
+            return
+        kind, col = self.fast
+        tab, arena, meta = self.hashed
+        tab, arena, data, times, diffs = _rootagg.agg_step(
+            tab, arena, meta, nd, nt, nf, self.kw, self.arranged.vw, kind == "sum", col)
+        self.hashed = (tab, arena, meta)
+        if len(diffs):
+            self.emit(Updates(data, np.ascontiguousarray(times[:, :1]), diffs))
+
     def _process(self, sk, st, frontier, grouped=False):
         kw, d = self.kw, self.dims
         if grouped:
@@ -113,24 +153,6 @@ class ReduceNode(Node):
             seed_times = np.ascontiguousarray(seeds[:, kw:])
 
         hist = self.arranged.spine.gather(keys)        # old input + the new batch
-        if self.fast is not None and d == 1:
-            # One time coordinate: every seed is due and older history precedes it, so
-            # count/sum walk each key's updates once (no closure, no moments).
-            kind, col = self.fast
-            old = self.out.gather(keys)
-            corr = _reduce.count_sum_1d_trie(keys, seed_offs, seed_times, hist.offs,
-                                             hist.vals, hist.times, hist.diffs, old.offs,
-                                             old.vals, old.diffs, col=col,
-                                             is_sum=(kind == "sum"))
-            if corr is not None:
-                data, ct, cd, trie = corr
-                if len(cd):
-                    # The kernel wrote the corrections both flat (to emit) and as the
-                    # output batch's trie, sorted and consolidated: no re-validation.
-                    # The two share their time and diff arrays; neither is mutated.
-                    self.out.insert(Batch.from_trie(trie, kw=kw))
-                    self.emit(Updates(data, ct, cd))
-                return
         due_offs, due_times, pend_offs, pend_times = _reduce.interesting_times(
             seed_offs, seed_times, hist.offs, hist.times, frontier, check=False)
         if len(pend_times):
