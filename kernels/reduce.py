@@ -34,7 +34,6 @@ import numpy as np
 from numba import njit
 
 from .rows import add_checked, mul_checked, row_cmp, row_eq, row_le
-from .trie import Trie
 
 __all__ = [
     "interesting_times",
@@ -338,6 +337,26 @@ def _upper(upper, d):
     u = _as_i64(u, "upper", 2)
     _check_width(u, "upper", d, "time dimensions")
     return u
+
+
+@njit(cache=True, nogil=True)
+def _argsort_small(keys, n, out):
+    """Stable argsort of ``keys[:n]`` into ``out[:n]``: insertion sort for short runs
+    (no allocation), a merge sort otherwise."""
+    if n > 32:
+        perm = np.argsort(keys[:n], kind="mergesort")
+        for i in range(n):
+            out[i] = perm[i]
+        return
+    for i in range(n):
+        out[i] = i
+    for i in range(1, n):
+        j = i
+        x = out[i]
+        while j > 0 and keys[out[j - 1]] > keys[x]:
+            out[j] = out[j - 1]
+            j -= 1
+        out[j] = x
 
 
 # ---------------------------------------------------------------------------------------
@@ -1286,341 +1305,3 @@ def make_user_driver(logic, out_width):
     driver.out_width = ow
     driver.__doc__ = f"Batched driver for user reduce logic {getattr(logic, '__name__', logic)!r}."
     return driver
-
-
-# ---------------------------------------------------------------------------------------
-# 6. Totally ordered times: count and sum without materialising moments.
-# ---------------------------------------------------------------------------------------
-
-
-@njit(cache=True, nogil=True)
-def _argsort_small(keys, n, out):
-    """Stable argsort of ``keys[:n]`` into ``out[:n]``: insertion sort for short runs
-    (no allocation), a merge sort otherwise."""
-    if n > 32:
-        perm = np.argsort(keys[:n], kind="mergesort")
-        for i in range(n):
-            out[i] = perm[i]
-        return
-    for i in range(n):
-        out[i] = i
-    for i in range(1, n):
-        j = i
-        x = out[i]
-        while j > 0 and keys[out[j - 1]] > keys[x]:
-            out[j] = out[j - 1]
-            j -= 1
-        out[j] = x
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _same_row(a, i, j):
-    for c in range(a.shape[1]):
-        if a[i, c] != a[j, c]:
-            return False
-    return True
-
-
-@njit(cache=True, nogil=True)
-def _sort_distinct(buf, n):
-    """Sort ``buf[:n]`` ascending in place, drop repeats, and return the new length.
-
-    Already ordered input (one time per key, or times arriving in order) costs one scan.
-    """
-    first = n
-    for i in range(1, n):
-        if buf[i] < buf[i - 1]:
-            first = i
-            break
-    if first < n:
-        if n > 32:
-            s = np.sort(buf[:n])
-            for i in range(n):
-                buf[i] = s[i]
-        else:
-            for i in range(first, n):
-                x = buf[i]
-                j = i
-                while j > 0 and buf[j - 1] > x:
-                    buf[j] = buf[j - 1]
-                    j -= 1
-                buf[j] = x
-    w = 1 if n > 0 else 0
-    for i in range(1, n):
-        if buf[i] != buf[w - 1]:
-            buf[w] = buf[i]
-            w += 1
-    return w
-
-
-@njit(cache=True, nogil=True)
-def _count_sum_1d(keys, seed_offs, seed_times, upd_offs, upd_vals, upd_times, upd_diffs,
-                  out_offs, out_vals, out_diffs, col, is_sum):
-    K = seed_offs.shape[0] - 1
-    kw = keys.shape[1]
-    # Each distinct seed time of a key emits at most two rows (-old, +new), so the
-    # output fits without growing.
-    cap = 2 * seed_times.shape[0]
-    data = np.empty((cap, kw + 1), np.int64)
-    times = np.empty((cap, 1), np.int64)
-    diffs = np.empty(cap, np.int64)
-    tkeys = np.empty((K, kw), np.int64)
-    key_offs = np.empty(K + 1, np.int64)
-    vals = np.empty((cap, 1), np.int64)
-    val_offs = np.empty(cap + 1, np.int64)
-    st = np.empty(16, np.int64)
-    dnz = np.empty(16, np.int64)
-    dtot = np.empty(16, np.int64)
-    ev = np.empty(16, np.int64)
-    et = np.empty(16, np.int64)
-    ed = np.empty(16, np.int64)
-    perm = np.empty(16, np.int64)
-    n = 0
-    nk = 0
-    nv = 0
-    status = 0  # 0 ok, 1 overflow, 2 not applicable (caller uses the general path)
-    for k in range(K):
-        # The current output: at most one row with count 1 (a correct count/sum output).
-        has = False
-        cur = 0
-        o0 = out_offs[k]
-        o1 = out_offs[k + 1]
-        i = o0
-        while i < o1:
-            j = i
-            s = 0
-            while j < o1 and out_vals[j, 0] == out_vals[i, 0]:
-                s += out_diffs[j]
-                j += 1
-            if s == 1 and not has:
-                has = True
-                cur = out_vals[i, 0]
-            elif s != 0:
-                status = 2
-            i = j
-        if status == 2:
-            break
-        # The due times: the key's distinct seed times, in order. (Not the update times:
-        # compaction may have merged a new update with an old one, even to nothing.)
-        s0 = seed_offs[k]
-        ns = seed_offs[k + 1] - s0
-        if ns == 0:
-            continue
-        if st.shape[0] < ns:
-            st = np.empty(2 * ns, np.int64)
-            dnz = np.empty(2 * ns, np.int64)
-            dtot = np.empty(2 * ns, np.int64)
-        for i in range(ns):
-            st[i] = seed_times[s0 + i, 0]
-        ns = _sort_distinct(st, ns)
-        for i in range(ns):
-            dnz[i] = 0
-            dtot[i] = 0
-        last = st[ns - 1]
-        # Bin every update into the first due time at or after it: slot ``i`` collects
-        # the change of (number of non-zero vals, total) between due times i-1 and i.
-        # Updates are sorted by (val, time), so each val is walked in time order with
-        # its own running count, and no per-key sort of the updates is needed.
-        u0 = upd_offs[k]
-        u1 = upd_offs[k + 1]
-        p = u0
-        while p < u1:
-            acc = 0
-            j = 0
-            q = p
-            while True:
-                t = upd_times[q, 0]
-                if t <= last:
-                    # The slot: the number of due times before t (they are sorted).
-                    # Few due times: count them without branches; many: binary search
-                    # in st[j:ns] (times ascend within a val, so the slot never moves
-                    # back).
-                    if ns <= 32:
-                        j = 0
-                        for i in range(ns):
-                            j += st[i] < t
-                    else:
-                        hi = ns - 1
-                        while j < hi:
-                            mid = (j + hi) >> 1
-                            if st[mid] < t:
-                                j = mid + 1
-                            else:
-                                hi = mid
-                    d = upd_diffs[q]
-                    new, o = add_checked(acc, d)
-                    if o:
-                        status = 1
-                    if acc == 0 and new != 0:
-                        dnz[j] += 1
-                    elif acc != 0 and new == 0:
-                        dnz[j] -= 1
-                    acc = new
-                    if is_sum:
-                        c, o = mul_checked(upd_vals[q, col], d)
-                        if o:
-                            status = 1
-                    else:
-                        c = d
-                    x, o = add_checked(dtot[j], c)
-                    if o:
-                        status = 1
-                    dtot[j] = x
-                q += 1
-                if q == u1 or not _same_row(upd_vals, q, p):
-                    break
-            p = q
-        # Walk the due times in order; emit -old/+new where the output changes. The
-        # trie wants (val, time) order; rows come in time order, which is also (val,
-        # time) order whenever the output only grows or only shrinks (the common case),
-        # so the val layer is built on the fly and redone only if a val goes down.
-        key_start = n
-        nv_start = nv
-        ordered = True
-        nz = 0
-        tot = 0
-        for i in range(ns):
-            nz += dnz[i]
-            tot, o = add_checked(tot, dtot[i])
-            if o:
-                status = 1
-            want = nz > 0
-            if want != has or (has and tot != cur):
-                tt = st[i]
-                for r in range(2):
-                    if r == 0:
-                        if not has:
-                            continue
-                        v = cur
-                        dd = -1
-                    else:
-                        if not want:
-                            continue
-                        v = tot
-                        dd = 1
-                    for c in range(kw):
-                        data[n, c] = keys[k, c]
-                    data[n, kw] = v
-                    times[n, 0] = tt
-                    diffs[n] = dd
-                    # No two rows share (val, time): one time emits at most -old and
-                    # +new, and then old != new; times of one val therefore ascend.
-                    if n == key_start or v != data[n - 1, kw]:
-                        if n > key_start and v < data[n - 1, kw]:
-                            ordered = False
-                        vals[nv, 0] = v
-                        val_offs[nv] = n
-                        nv += 1
-                    n += 1
-                has = want
-                cur = tot
-        e = n - key_start
-        if e == 0:
-            continue
-        if not ordered:
-            # A stable sort by val keeps times ascending within a val.
-            if ev.shape[0] < e:
-                ev = np.empty(2 * e, np.int64)
-                et = np.empty(2 * e, np.int64)
-                ed = np.empty(2 * e, np.int64)
-                perm = np.empty(2 * e, np.int64)
-            for i in range(e):
-                ev[i] = data[key_start + i, kw]
-            _argsort_small(ev, e, perm)
-            for i in range(e):
-                et[i] = times[key_start + perm[i], 0]
-                ed[i] = diffs[key_start + perm[i]]
-            for i in range(e):
-                data[key_start + i, kw] = ev[perm[i]]
-                times[key_start + i, 0] = et[i]
-                diffs[key_start + i] = ed[i]
-            nv = nv_start
-            for i in range(key_start, n):
-                if i == key_start or data[i, kw] != data[i - 1, kw]:
-                    vals[nv, 0] = data[i, kw]
-                    val_offs[nv] = i
-                    nv += 1
-        for c in range(kw):
-            tkeys[nk, c] = keys[k, c]
-        key_offs[nk] = nv_start
-        nk += 1
-    key_offs[nk] = nv
-    val_offs[nv] = n
-    return data, times, diffs, tkeys, key_offs, vals, val_offs, n, nk, nv, status
-
-
-def _fit(a, m):
-    """The first ``m`` rows of ``a``: a view when it uses most of ``a``, else a copy (so a
-    small result does not pin a large, mostly unused buffer)."""
-    return a[:m] if 2 * m >= a.shape[0] else a[:m].copy()
-
-
-def _count_sum_1d_call(keys, seed_offs, seed_times, upd_offs, upd_vals, upd_times,
-                       upd_diffs, out_offs, out_vals, out_diffs, col, is_sum):
-    if upd_vals.shape[1] == 0:
-        upd_vals = np.zeros((upd_vals.shape[0], 1), np.int64)
-    (data, times, diffs, tkeys, key_offs, vals, val_offs, n, nk, nv,
-     status) = _count_sum_1d(keys, seed_offs, seed_times, upd_offs, upd_vals, upd_times,
-                             upd_diffs, out_offs, out_vals, out_diffs, int(col),
-                             bool(is_sum))
-    if status == 1:
-        raise OverflowError("count/sum: a result overflows int64")
-    if status == 2:
-        return None
-    times = _fit(times, n)
-    diffs = _fit(diffs, n)
-    trie = Trie(_fit(tkeys, nk), _fit(key_offs, nk + 1), _fit(vals, nv),
-                _fit(val_offs, nv + 1), times, diffs)
-    return _fit(data, n), times, diffs, trie
-
-
-def count_sum_1d_trie(keys, seed_offs, seed_times, upd_offs, upd_vals, upd_times,
-                      upd_diffs, out_offs, out_vals, out_diffs, *, col=0, is_sum=False):
-    """Corrections of ``count`` (or ``sum(col)``) for one time coordinate, as flat updates
-    and as the trie of an output batch.
-
-    Parameters are those of :func:`count_sum_1d`, plus ``keys[K, kw]``: the keys
-    themselves, strictly increasing (the reduce operator's query keys).
-
-    Returns
-    -------
-    None when the old output is not a single row per key (use the general path), else
-    ``(data[c, kw + 1], times[c, 1], diffs[c], trie)``: the corrections with the key
-    columns followed by the output value, sorted by (key, val, time) and consolidated
-    (every diff is +1 or -1), and the same updates as a :class:`~.trie.Trie` that
-    satisfies ``check_trie`` without a validation pass. ``trie.times`` and
-    ``trie.diffs`` are the flat ``times`` and ``diffs`` arrays (shared, not copied):
-    treat all of them as read-only.
-    """
-    return _count_sum_1d_call(np.ascontiguousarray(keys, dtype=np.int64), seed_offs,
-                              seed_times, upd_offs, upd_vals, upd_times, upd_diffs,
-                              out_offs, out_vals, out_diffs, col, is_sum)
-
-
-def count_sum_1d(seed_offs, seed_times, upd_offs, upd_vals, upd_times, upd_diffs,
-                 out_offs, out_vals, out_diffs, *, col=0, is_sum=False):
-    """Corrections of ``count`` (or ``sum(col)``) for one time coordinate, directly.
-
-    For K keys: ``seed_*`` (CSR by key, any order, repeats allowed) the times of its new
-    updates; ``upd_*`` all its input updates sorted by (val, time); ``out_*`` its old
-    output sorted by (val, time). With one time coordinate every new time is due and all
-    older history precedes it, so the interesting times are the distinct seed times and
-    no closure is needed. Equivalent to ``interesting_times`` + ``accumulate`` +
-    ``logic_count``/``logic_sum`` + ``corrections``, but without materialising moments:
-    each update is binned into the first due time at or after it (per val, in time
-    order, tracking whether the val's count is non-zero), and one walk over the due
-    times emits ``-old/+new`` only where the output changes. Returns ``None`` when the
-    old output is not a single row per key (then the general path must be used);
-    otherwise ``(key, vals[c, 1], times[c, 1], diffs)`` sorted by (key, val, time) and
-    consolidated. Inputs are trusted (sorted, consolidated), as the reduce operator
-    passes them. Cost: O(updates * log(due times per key) + seeds * sort) per call.
-    """
-    K = seed_offs.shape[0] - 1
-    res = _count_sum_1d_call(np.arange(K, dtype=np.int64).reshape(-1, 1), seed_offs,
-                             seed_times, upd_offs, upd_vals, upd_times, upd_diffs,
-                             out_offs, out_vals, out_diffs, col, is_sum)
-    if res is None:
-        return None
-    data, times, diffs, _ = res
-    return (np.ascontiguousarray(data[:, 0]), np.ascontiguousarray(data[:, 1:]), times,
-            diffs)
