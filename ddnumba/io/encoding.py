@@ -45,6 +45,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ddnumba.kernels import intern as _intern
+
 __all__ = [
     "Encoder",
     "Interner",
@@ -154,8 +156,10 @@ class Interner:
     """Stable dictionary codes for strings (or binary values).
 
     Codes are ``0, 1, 2, ...`` in order of first appearance and never change. Encoding a
-    batch costs one Arrow hash pass over its rows plus one dictionary probe per
-    *distinct* value in the batch; decoding is one Arrow ``take``.
+    batch is a compiled hash-table probe per row (:mod:`ddnumba.kernels.intern`,
+    which keeps the values' bytes in one growing buffer: a value costs its bytes and
+    31 to 54 more); decoding is one Arrow ``take`` over an array made on that buffer
+    without copying.
 
     Parameters
     ----------
@@ -165,12 +169,17 @@ class Interner:
 
     def __init__(self, *, binary=False):
         self.value_type = pa.large_binary() if binary else pa.large_string()
-        self._index: dict = {}
-        self._chunks: list[pa.Array] = []
+        self._blob, self._offs, self._table, self._meta = _intern.new_state()
         self._values: pa.Array | None = None
 
     def __len__(self):
-        return len(self._index)
+        return int(self._meta[0])
+
+    @property
+    def nbytes(self):
+        """Bytes held: the values' bytes and the arrays and table that index them
+        (their allocated sizes)."""
+        return int(self._blob.nbytes + self._offs.nbytes + self._table.nbytes)
 
     def intern(self, values) -> np.ndarray:
         """Codes of ``values`` (a pyarrow array without nulls), adding new values.
@@ -187,39 +196,28 @@ class Interner:
             return dict_codes[idx]
         if len(arr) == 0:
             return np.empty(0, _I64)
+        if arr.null_count:
+            raise NullValueError(f"{arr.null_count} null value(s): an interner takes "
+                                 f"values only")
         arr = arr.cast(self.value_type)
-        enc = pc.dictionary_encode(arr)
-        uniques = enc.dictionary.to_pylist()
-        index = self._index
-        found = list(map(index.get, uniques))
-        new = [u for u, f in zip(uniques, found) if f is None]
-        if new:
-            start = len(index)
-            index.update(zip(new, range(start, start + len(new))))
-            self._add_chunk(pa.array(new, type=self.value_type))
-            found = list(map(index.get, uniques))
-        ucodes = np.fromiter(found, dtype=_I64, count=len(found))
-        idx = enc.indices.to_numpy(zero_copy_only=False).astype(np.intp, copy=False)
-        return ucodes[idx]
-
-    def _add_chunk(self, arr):
-        # Chunks merge like a binary counter (each at least twice the next), so a
-        # lookup takes from O(log n) chunks and a value is copied O(log n) times in
-        # all: a stream that interns a few new strings every run no longer makes
-        # each run's decode copy every value seen so far.
-        chunks = self._chunks
-        chunks.append(arr)
-        while len(chunks) > 1 and len(chunks[-2]) <= 2 * len(chunks[-1]):
-            b = chunks.pop()
-            chunks.append(pa.concat_arrays([chunks.pop(), b]))
-        self._values = None
+        data, voffs = _byte_buffers(arr)
+        before = len(self)
+        codes, self._blob, self._offs, self._table = _intern.intern(
+            data, voffs, self._blob, self._offs, self._table, self._meta)
+        if len(self) != before:
+            self._values = None
+        return codes
 
     def values(self) -> pa.Array:
-        """Every interned value, in code order (``values()[c]`` is code ``c``'s value)."""
+        """Every interned value, in code order (``values()[c]`` is code ``c``'s value).
+        Made over the interner's buffers without copying; it stays valid while more
+        values are interned (they are written after its end)."""
         if self._values is None:
-            self._values = (pa.concat_arrays(self._chunks) if self._chunks
-                            else pa.array([], type=self.value_type))
-            self._chunks = [self._values] if self._chunks else []
+            n = len(self)
+            nb = int(self._meta[1])
+            self._values = pa.Array.from_buffers(
+                self.value_type, n,
+                [None, pa.py_buffer(self._offs[:n + 1]), pa.py_buffer(self._blob[:nb])])
         return self._values
 
     def lookup(self, codes) -> pa.Array:
@@ -231,20 +229,21 @@ class Interner:
             raise ValueError(f"code {int(bad)} was never assigned by this interner "
                              f"({n} values): decode with the encoder that encoded the "
                              f"input")
-        chunks = self._chunks
-        if len(chunks) <= 1 or self._values is not None:
-            return self.values().take(pa.array(c))
-        offs = np.cumsum([0] + [len(x) for x in chunks])
-        which = np.searchsorted(offs, c, side="right") - 1
-        order = np.argsort(which, kind="stable")
-        sc, sw = c[order], which[order]
-        bounds = np.searchsorted(sw, np.arange(len(chunks) + 1))
-        pieces = [chunks[j].take(pa.array(sc[bounds[j]:bounds[j + 1]] - offs[j]))
-                  for j in range(len(chunks)) if bounds[j + 1] > bounds[j]]
-        got = pa.concat_arrays(pieces) if pieces else pa.array([], self.value_type)
-        inv = np.empty_like(order)
-        inv[order] = np.arange(len(order))
-        return got.take(pa.array(inv))
+        return self.values().take(pa.array(c))
+
+
+def _byte_buffers(arr):
+    """The bytes and the ``len(arr) + 1`` int64 offsets of a ``large_string`` /
+    ``large_binary`` array without nulls, as read-only NumPy views of its buffers."""
+    bufs = arr.buffers()
+    voffs = np.frombuffer(bufs[1], np.int64, count=len(arr) + 1, offset=arr.offset * 8)
+    data = bufs[2]
+    if data is None or data.size == 0:
+        data = _NO_BYTES
+    return np.frombuffer(data, np.uint8), voffs
+
+
+_NO_BYTES = bytes(1)
 
 
 # --------------------------------------------------------------------------- encoder
