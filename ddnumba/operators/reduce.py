@@ -19,11 +19,12 @@ All distinct times of a batch go through one pass of each kernel (``kernels/redu
 With one time coordinate the closure is the set of new times and accumulation walks
 times in order. Input and output traces compact to the node's frontier after each step.
 
-A ``count`` or ``sum`` with one time coordinate keeps no output trace and reads no
-history: every update it has seen is earlier than the new batch's, so the current
-count of each ``(key, vals)`` and each key's total, in hash tables, are all it needs
-(:func:`ddnumba.kernels.rootagg.agg_step`, as the native engine's root counts). A
-one-row change then costs the same whatever the size of its key's group.
+A ``count``, ``sum`` or ``distinct`` with one time coordinate keeps no output trace and
+reads no history: every update it has seen is earlier than the new batch's, so the
+current count of each ``(key, vals)`` (and for a count or sum each key's total), in
+hash tables, are all it needs (:mod:`ddnumba.kernels.rootagg`, as the native engine's
+root counts and distincts). A one-row change then costs the same whatever the size of
+its key's group.
 """
 from __future__ import annotations
 
@@ -56,8 +57,8 @@ class ReduceNode(Node):
 
     def __init__(self, scope, arranged, logic, ow, names, *, name=None, fast=None,
                  spec=None):
-        # ``fast = ("count" | "sum", col)``: with one time coordinate, count and sum keep
-        # hashed current state (kernels.rootagg) instead of an output trace.
+        # ``fast = ("count" | "sum", col)``: with one time coordinate, count and sum (and
+        # distinct) keep hashed current state (kernels.rootagg), no output trace.
         self.fast = fast
         # ``spec = (name, param)`` names built-in logic the native runtime runs itself
         # (count, sum, min, max, distinct, top_k); None: it calls ``logic`` back.
@@ -74,9 +75,11 @@ class ReduceNode(Node):
         d = scope.dims
         self.pend_keys = np.empty((0, self.kw), _I64)
         self.pend_times = np.empty((0, d), _I64)
-        # count/sum with one time coordinate: (tab, arena, meta) of kernels.rootagg
+        # count/sum/distinct with one time coordinate: (tab, arena, meta) of
+        # kernels.rootagg (a distinct uses no arena)
         self.hashed = None
-        if fast is not None and d == 1:
+        self.hashed_distinct = spec is not None and spec[0] == "distinct"
+        if d == 1 and (fast is not None or self.hashed_distinct):
             self.hashed = (np.zeros((0, 1), _I64), np.zeros((0, 1), _I64),
                            np.zeros(4, _I64))
 
@@ -122,16 +125,20 @@ class ReduceNode(Node):
         self.out_handle.set_frontier(frontier)
 
     def _step_hashed(self, new):
-        """A count or sum over hashed current state: ``new`` is the arrangement's
-        batch, sorted by data and consolidated, all of it later than what the state
-        has seen (the arrangement passes on closed times only)."""
+        """A count, sum or distinct over hashed current state: ``new`` is the
+        arrangement's batch, sorted by data and consolidated, all of it later than
+        what the state has seen (the arrangement passes on closed times only)."""
         nd, nt, nf = new
         if not len(nf):
             return
-        kind, col = self.fast
         tab, arena, meta = self.hashed
-        tab, arena, data, times, diffs = _rootagg.agg_step(
-            tab, arena, meta, nd, nt, nf, self.kw, self.arranged.vw, kind == "sum", col)
+        if self.hashed_distinct:
+            tab, data, times, diffs = _rootagg.distinct_step(tab, meta, nd, nt, nf)
+        else:
+            kind, col = self.fast
+            tab, arena, data, times, diffs = _rootagg.agg_step(
+                tab, arena, meta, nd, nt, nf, self.kw, self.arranged.vw, kind == "sum",
+                col)
         self.hashed = (tab, arena, meta)
         if len(diffs):
             self.emit(Updates(data, np.ascontiguousarray(times[:, :1]), diffs))
