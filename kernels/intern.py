@@ -152,29 +152,33 @@ def _same(data, lo, ln, blob, offs, c):
 
 
 @njit(cache=True, nogil=True)
-def _by_hash(data, voffs, hs, blob, offs, table, meta, codes):
-    """Pass 2: each row's code by its hash; a new hash is a new value."""
+def _probe_all(data, voffs, hs, blob, offs, table, meta, codes, exact):
+    """Each row's code, a new value interned where none is found. Pass 2 (``exact``
+    false): a row takes the code of the first value of equal hash, unchecked. The
+    slow way (``exact``): of the first value of equal hash and equal bytes."""
     m = hs.shape[0]
     n = meta[0]
     nb = meta[1]
     for i in range(m):
         size = table.shape[0]
         mask = size - 1
-        if size >= PF_MIN_SLOTS and i + PF_AHEAD < m:
+        if not exact and size >= PF_MIN_SLOTS and i + PF_AHEAD < m:
             prefetch_row(table, np.int64(hs[i + PF_AHEAD] & np.uint64(mask)))
         h = hs[i]
+        lo = voffs[i]
+        ln = voffs[i + 1] - lo
         s = np.int64(h & np.uint64(mask))
         c = np.int64(-1)
         while table[s, 0] != 0:
             if table[s, 1] == h:
                 c = np.int64(table[s, 0]) - 1
-                break
+                if not exact or _same(data, lo, ln, blob, offs, c):
+                    break
+                c = -1
             s = (s + 1) & mask
         if c >= 0:
             codes[i] = c
             continue
-        lo = voffs[i]
-        ln = voffs[i + 1] - lo
         blob, offs = _append(data, lo, ln, blob, offs, n, nb)
         table[s, 0] = np.uint64(n + 1)
         table[s, 1] = h
@@ -207,43 +211,6 @@ def _verified(data, voffs, blob, offs, codes):
 
 
 @njit(cache=True, nogil=True)
-def _exact(data, voffs, hs, blob, offs, table, meta, codes):
-    """A batch interned comparing the bytes of every candidate of equal hash."""
-    m = hs.shape[0]
-    n = meta[0]
-    nb = meta[1]
-    for i in range(m):
-        size = table.shape[0]
-        mask = size - 1
-        h = hs[i]
-        lo = voffs[i]
-        ln = voffs[i + 1] - lo
-        s = np.int64(h & np.uint64(mask))
-        c = np.int64(-1)
-        while table[s, 0] != 0:
-            if table[s, 1] == h:
-                c = np.int64(table[s, 0]) - 1
-                if _same(data, lo, ln, blob, offs, c):
-                    break
-                c = -1
-            s = (s + 1) & mask
-        if c >= 0:
-            codes[i] = c
-            continue
-        blob, offs = _append(data, lo, ln, blob, offs, n, nb)
-        table[s, 0] = np.uint64(n + 1)
-        table[s, 1] = h
-        codes[i] = n
-        n += 1
-        nb += ln
-        if 10 * n > 7 * size:
-            table = _rebuilt(table, 2 * size, n)
-    meta[0] = n
-    meta[1] = nb
-    return blob, offs, table
-
-
-@njit(cache=True, nogil=True)
 def hashes(data, voffs):
     """The hash of each value ``data[voffs[i]:voffs[i + 1]]``."""
     m = voffs.shape[0] - 1
@@ -260,13 +227,15 @@ def intern_hashed(data, voffs, hs, blob, offs, table, meta):
     codes = np.empty(hs.shape[0], np.int64)
     n0 = meta[0]
     nb0 = meta[1]
-    blob, offs, table = _by_hash(data, voffs, hs, blob, offs, table, meta, codes)
+    blob, offs, table = _probe_all(data, voffs, hs, blob, offs, table, meta, codes,
+                                   False)
     if not _verified(data, voffs, blob, offs, codes):
         # two values share a hash: undo the batch's insertions, compare bytes
         table = _rebuilt(table, table.shape[0], n0)
         meta[0] = n0
         meta[1] = nb0
-        blob, offs, table = _exact(data, voffs, hs, blob, offs, table, meta, codes)
+        blob, offs, table = _probe_all(data, voffs, hs, blob, offs, table, meta, codes,
+                                       True)
     return codes, blob, offs, table
 
 
