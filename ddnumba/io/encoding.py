@@ -43,7 +43,6 @@ import weakref
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ddnumba.kernels import intern as _intern
 
