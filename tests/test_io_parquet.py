@@ -707,3 +707,77 @@ def test_interner_lookup_across_many_batches():
     assert it.lookup(codes).to_pylist() == [seen[c] for c in codes]
     assert it.values().to_pylist() == seen
     assert it.lookup(codes[::-1]).to_pylist() == [seen[c] for c in codes[::-1]]
+
+
+# ------------------------------------------------------- string pages: dictionary or plain
+def _strings(case, rng, n):
+    if case == "few":
+        return [f"value-{i}" for i in rng.integers(0, 50, n)]
+    return [f"value-{i:09d}" for i in rng.permutation(10 * n)[:n]]
+
+
+@pytest.mark.parametrize("case,options,as_dictionary", [
+    ("few", {}, True),                                      # dictionary pages only
+    ("few", {"row_group_size": 1_000}, True),               # in every row group
+    ("many", {"dictionary_pagesize_limit": 4096}, False),   # falls back to plain pages
+    ("many", {}, True),                                     # 2e4 values fit 1 MiB
+    ("few", {"use_dictionary": False}, False),              # no dictionary at all
+    ("many", {"data_page_version": "2.0", "dictionary_pagesize_limit": 4096}, False),
+])
+def test_string_columns_are_read_as_dictionaries_only_when_stored_so(
+        tmp_path, case, options, as_dictionary):
+    # A string column whose pages fell back to plain encoding (a column chunk's
+    # dictionary outgrew its limit) is read as strings: as a dictionary, Arrow would
+    # hash every value. Either way the values read back are those written.
+    rng = np.random.default_rng(11)
+    n = 20_000
+    values = _strings(case, rng, n)
+    pq.write_table(pa.table({"s": values, "k": rng.integers(0, 9, n),
+                             "time": np.arange(n, dtype=np.int64)}),
+                   tmp_path / "part-0.parquet", **options)
+    reader = read_changes(tmp_path, ["s", "k"])
+    assert (reader.plans[0].dictionary == ["s"]) is as_dictionary
+    batches = list(reader)
+    enc = reader.encoder
+    got = [w for b in batches
+           for w in enc.decode(b.columns[0], pa.string()).to_pylist()]
+    assert got == values
+
+
+def test_mixed_row_groups_read_as_strings(tmp_path):
+    # One row group of few values (dictionary pages) and one past its dictionary's
+    # limit (plain pages): the file's column is read as strings.
+    rng = np.random.default_rng(5)
+    values = _strings("few", rng, 5_000) + _strings("many", rng, 5_000)
+    pq.write_table(pa.table({"s": values, "time": np.zeros(10_000, np.int64)}),
+                   tmp_path / "part-0.parquet", row_group_size=5_000,
+                   dictionary_pagesize_limit=4096)
+    reader = read_changes(tmp_path, ["s"])
+    assert reader.plans[0].dictionary == []
+    got = [w for b in reader
+           for w in reader.encoder.decode(b.columns[0], pa.string()).to_pylist()]
+    assert got == values
+
+
+def test_unreadable_dictionary_page_header_falls_back_to_dictionary(tmp_path):
+    path = write(str(tmp_path / "a.parquet"), s=["x", "y", "x"], time=[0, 0, 1])
+    md = pq.ParquetFile(path).metadata
+    assert ddpq._read_as_dictionary(path, md, 0)
+
+    class Chunk:
+        num_values = 3
+        has_dictionary_page = True
+        dictionary_page_offset = 0          # the file's magic, not a page header
+        total_uncompressed_size = 100
+
+    class Meta:
+        num_row_groups = 1
+
+        def row_group(self, k):
+            return type("G", (), {"column": lambda self, c: Chunk()})()
+
+    assert ddpq._read_as_dictionary(path, Meta(), 0)
+    assert ddpq._read_as_dictionary(str(tmp_path / "gone.parquet"), md, 0)
+    for junk in (b"", b"\x00", b"\x15\x04", b"\x15\x00\x15\x80", b"PAR1" * 8):
+        with pytest.raises(ValueError):
+            ddpq._dictionary_page(junk)

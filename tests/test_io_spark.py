@@ -14,11 +14,13 @@ from collections import Counter
 import networkx as nx
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import ddnumba as dd
 from ddnumba.algorithms import reachability
 from ddnumba.io.encoding import encoder_for
+from ddnumba.io.parquet import _dictionary_page
 from ddnumba.io.parquet import NullError, feed, feed_all, read_changes, write_changes
 from ddnumba.io.spark import (accumulate, as_changes, export_changes, read_updates,
                               snapshot_changes, to_spark)
@@ -262,3 +264,32 @@ def test_changes_never_overwrite_a_tables_own_time_or_diff(spark, tmp_path):
     feed(inp, tmp_path / "byday")
     assert sorted((r["day"], r["count"]) for r in out.at(2).to_pylist()) == [(1, 2),
                                                                               (2, 1)]
+
+
+def test_spark_string_pages_are_read_as_dictionaries_only_when_stored_so(spark, tmp_path):
+    # Spark's writer keeps few distinct strings as dictionary pages and writes many as
+    # plain pages: the reader takes the first as dictionary arrays and the second as
+    # strings, and reads both back.
+    n = 150_000
+    df = spark.range(0, n, numPartitions=1).selectExpr(
+        "concat('user-', lpad(cast(id * 7919 % 150001 as string), 12, '0')) as many",
+        "concat('v', cast(id % 20 as string)) as few",
+        "id as time", "cast(1 as long) as diff")
+    df.coalesce(1).write.parquet(str(tmp_path / "x"))
+    reader = read_changes(tmp_path / "x", ["many", "few"])
+    assert [p.dictionary for p in reader.plans if p.groups] == [["few"]]
+    path = [p.path for p in reader.plans if p.groups][0]
+    md = pq.ParquetFile(path).metadata
+    many, few = md.row_group(0).column(0), md.row_group(0).column(1)
+    # Spark dropped the dictionary of "many" altogether; that of "few" is read, not
+    # assumed for want of a readable header.
+    assert not many.has_dictionary_page
+    with open(path, "rb") as f:
+        f.seek(few.dictionary_page_offset)
+        assert _dictionary_page(f.read(64))[1] == 20
+    got = {"many": [], "few": []}
+    for b in reader:
+        for name, col in zip(("many", "few"), b.columns):
+            got[name] += reader.encoder.decode(col, pa.string()).to_pylist()
+    want = sorted(df.select("time", "many", "few").collect())
+    assert got["many"] == [r[1] for r in want] and got["few"] == [r[2] for r in want]

@@ -234,6 +234,78 @@ def _not_parquet(path):
     return len(head) == 4 and head != b"PAR1"
 
 
+def _thrift_i32(buf, i):
+    """A zigzag varint (Thrift's compact protocol) at ``buf[i]``: (value, next index)."""
+    v = 0
+    shift = 0
+    while True:
+        if i >= len(buf) or shift > 35:
+            raise ValueError("truncated varint")
+        b = buf[i]
+        i += 1
+        v |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            return (v >> 1) ^ -(v & 1), i
+
+
+def _dictionary_page(buf):
+    """``(uncompressed size, entries)`` of a dictionary page, from its header (a Thrift
+    compact ``PageHeader``: i32 fields 1-4, then field 7, a ``DictionaryPageHeader``
+    whose first field is its number of entries). ValueError for anything else."""
+    i = 0
+    fid = 0
+    sizes = {}
+    while i < len(buf):
+        h = buf[i]
+        i += 1
+        delta, typ = h >> 4, h & 0x0F
+        if h == 0 or delta == 0:
+            break
+        fid += delta
+        if typ == 5:                                   # i32
+            sizes[fid], i = _thrift_i32(buf, i)
+        elif typ == 12 and fid == 7 and i < len(buf) and buf[i] == 0x15:
+            entries, _ = _thrift_i32(buf, i + 1)       # field 1, i32
+            if sizes.get(1) != 2 or 2 not in sizes:    # type DICTIONARY_PAGE
+                break
+            return sizes[2], entries
+        else:
+            break
+    raise ValueError("not a dictionary page header")
+
+
+def _read_as_dictionary(path, md, col):
+    """Whether to read string column ``col`` (a leaf index) of a file as a dictionary
+    array: yes when its pages are dictionary-encoded throughout. Writers fall back to
+    plain pages once a column chunk's dictionary grows past a limit (1 MiB for Arrow
+    and Spark), as with many distinct values; reading those as a dictionary makes Arrow
+    hash every value, several times slower than reading the strings (the encoder
+    interns them in compiled code anyway). Pages of indices take at most their bit
+    width (from the dictionary's size) per value, plain ones take at least 4 bytes per
+    value, so the chunk's size past its dictionary page tells them apart (small chunks
+    read fast either way). When a header cannot be read, the column is read as a
+    dictionary (either way reads the same values)."""
+    try:
+        with open(path, "rb") as f:
+            for k in range(md.num_row_groups):
+                cc = md.row_group(k).column(col)
+                if cc.num_values == 0:
+                    continue
+                if not cc.has_dictionary_page:
+                    return False
+                f.seek(cc.dictionary_page_offset)
+                size, entries = _dictionary_page(f.read(64))
+                bits = max(1, int(entries - 1).bit_length())
+                # (1 KiB for the pages' headers)
+                if cc.total_uncompressed_size - size > cc.num_values * (bits / 8 + 1) \
+                        + 1024:
+                    return False
+    except (OSError, ValueError, TypeError):
+        return True
+    return True
+
+
 def _open(path, dictionary=()):
     try:
         return pq.ParquetFile(path, read_dictionary=list(dictionary) or None,
@@ -393,8 +465,9 @@ class ChangeReader:
                     kind_of(schema.field(c).type)
                 except UnsupportedTypeError as e:
                     raise _fail(ChangeTypeError, path, c, str(e)) from None
-            dictionary = [c for c in wanted if kind_of(schema.field(c).type) == "string"]
             md = pf.metadata
+            dictionary = [c for c in wanted if kind_of(schema.field(c).type) == "string"
+                          and (c not in leaf or _read_as_dictionary(path, md, leaf[c]))]
             groups = []
             for k in range(md.num_row_groups):
                 rg = md.row_group(k)
