@@ -18,11 +18,15 @@ Implementation: the columns of ``[data | times]`` are packed into 64-bit words
 sorted carrying the diffs as payload, equal keys are summed in one pass and the output
 rows are decoded from the sorted keys, so the rows are never gathered in random order.
 With several words, the rows are argsorted and gathered.
+
+The per-row passes over sorted updates (sums of runs, sortedness checks, merges) are
+leaf kernels (:func:`ddnumba.kernels.rows.leaf`): the row comparisons inlined into
+their loops would otherwise take reference counts on every row.
 """
 import numpy as np
 from numba import njit
 
-from .rows import add_checked, add_counted, row_cmp, row_eq
+from .rows import add_checked, add_counted, leaf, row_cmp, row_eq
 from .sort import (
     _EMPTY_I64,
     _argsort2,
@@ -36,7 +40,7 @@ from .sort import (
 )
 
 __all__ = ["consolidate", "consolidate_sorted", "is_consolidated", "consolidate_data",
-           "merge_consolidated", "accumulate_consolidated"]
+           "merge_consolidated", "merge_advanced", "accumulate_consolidated"]
 
 
 # ----------------------------------------------------------------------------------
@@ -72,7 +76,7 @@ def _sum_sorted_keys(keys, diffs):
     return k, False
 
 
-@njit(cache=True, nogil=True)
+@leaf
 def _sum_runs(data, times, diffs, perm, use_perm, rep, sums):
     """Sum the diffs of equal adjacent rows of ``[data | times]`` in ``perm`` order.
 
@@ -122,7 +126,7 @@ def _upd_cmp(ad, at, i, bd, bt, j):
     return c
 
 
-@njit(cache=True, nogil=True)
+@leaf
 def _gallop(ad, at, lo, n, bd, bt, j):
     """The first ``i >= lo`` (``<= n``) with ``(ad[i], at[i]) >= (bd[j], bt[j])``, for
     ``(ad, at)`` sorted: steps of doubling size from ``lo``, then a binary search, so
@@ -153,7 +157,7 @@ def _put_upd(sd, st, i, diff, od, ot, of, k):
     of[k] = diff
 
 
-@njit(cache=True, nogil=True)
+@leaf
 def _merge_consolidated(ad, at, af, bd, bt, bf, od, ot, of):
     """Merge two consolidated update sets into ``(od, ot, of)`` (room for both): the
     rows of ``a`` between two rows of ``b`` are found by galloping and copied as a
@@ -188,7 +192,71 @@ def _merge_consolidated(ad, at, af, bd, bt, bf, od, ot, of):
     return k, False
 
 
-@njit(cache=True, nogil=True)
+@leaf
+def _merge_advance_1d(ad, at, af, bd, bt, bf, f, od, ot, of):
+    """Merge two consolidated update sets with one time coordinate into ``(od, ot,
+    of)`` (room for both), every time advanced to ``max(time, f)``, consolidated: a
+    row's updates at times up to ``f`` become one at ``f``. ``max`` keeps each side's
+    order, so one merge pass suffices. Returns ``(k, moved, overflow)``: ``k`` rows
+    written; ``moved`` when some time was before ``f``; ``overflow`` when a sum is
+    outside int64 (output garbage). Sums are exact (wrap-arounds counted)."""
+    n = ad.shape[0]
+    m = bd.shape[0]
+    w = ad.shape[1]
+    i = np.int64(0)
+    j = np.int64(0)
+    k = np.int64(0)
+    moved = False
+    pending = False         # od[k], ot[k] hold the row being summed into (s, carry)
+    s = np.int64(0)
+    carry = np.int64(0)
+    while i < n or j < m:
+        from_a = j >= m or (i < n and _upd_cmp(ad, at, i, bd, bt, j) <= 0)
+        if from_a:
+            t = at[i, 0]
+            d = af[i]
+        else:
+            t = bt[j, 0]
+            d = bf[j]
+        if t < f:
+            t = f
+            moved = True
+        same = pending and ot[k, 0] == t
+        if same:
+            for c in range(w):
+                x = ad[i, c] if from_a else bd[j, c]
+                if od[k, c] != x:
+                    same = False
+                    break
+        if same:
+            s, carry = add_counted(s, carry, d)
+        else:
+            if pending:
+                if carry != 0:
+                    return k, moved, True
+                if s != 0:
+                    of[k] = s
+                    k += 1
+            for c in range(w):
+                od[k, c] = ad[i, c] if from_a else bd[j, c]
+            ot[k, 0] = t
+            s = d
+            carry = np.int64(0)
+            pending = True
+        if from_a:
+            i += 1
+        else:
+            j += 1
+    if pending:
+        if carry != 0:
+            return k, moved, True
+        if s != 0:
+            of[k] = s
+            k += 1
+    return k, moved, False
+
+
+@leaf
 def _accumulate_at(data, times, diffs, t, first, sums):
     """One pass over consolidated updates (sorted by data, then time): per data row,
     the sum of the diffs at times ``<= t``. Writes the first index of every row whose
@@ -437,6 +505,36 @@ def merge_consolidated(a, b):
         # a few rows cancelled: keep the buffers (prefix views stay C-contiguous)
         return od[:k], ot[:k], of[:k]
     return od[:k].copy(), ot[:k].copy(), of[:k].copy()
+
+
+def merge_advanced(a, b, f):
+    """The consolidation of the union of two consolidated update sets ``a`` and ``b``
+    (each ``(data, times, diffs)``, one time coordinate), every time advanced to
+    ``max(time, f)``, in one pass over both: what compacting them to time ``f`` keeps.
+
+    Precondition (not checked): each input is consolidated. Returns ``(data, times,
+    diffs, moved)``, fresh and consolidated; ``moved`` is True when some time was
+    before ``f``. Raises ``OverflowError`` when a sum leaves int64, ``ValueError`` on
+    different data widths or more than one time coordinate.
+    """
+    ad, at, af = _check(*a, "merge_advanced")
+    bd, bt, bf = _check(*b, "merge_advanced")
+    if ad.shape[1] != bd.shape[1] or at.shape[1] != 1 or bt.shape[1] != 1:
+        raise ValueError(f"merge_advanced: data widths {ad.shape[1]} and {bd.shape[1]}, "
+                         f"time widths {at.shape[1]} and {bt.shape[1]} (one time "
+                         f"coordinate and equal data widths expected)")
+    n = ad.shape[0] + bd.shape[0]
+    od = np.empty((n, ad.shape[1]), np.int64)
+    ot = np.empty((n, 1), np.int64)
+    of = np.empty(n, np.int64)
+    k, moved, over = _merge_advance_1d(ad, at, af, bd, bt, bf, np.int64(f), od, ot, of)
+    if over:
+        raise _overflow("merge_advanced")
+    if 4 * (n - k) > n:
+        od, ot, of = od[:k].copy(), ot[:k].copy(), of[:k].copy()
+    elif k < n:
+        od, ot, of = od[:k], ot[:k], of[:k]
+    return od, ot, of, bool(moved)
 
 
 def accumulate_consolidated(data, times, diffs, t):

@@ -40,7 +40,7 @@ from numba import njit
 from .batch import sort_consolidate
 from .hooks import alloc2d, release_rows
 from .hstate import _hash, _move_step, _slot, grid_cap, place_row
-from .rows import add_checked, mul_checked, prefetch_row
+from .rows import add_checked, leaf, mul_checked, prefetch_row
 
 __all__ = ["agg_step", "distinct_step", "M_VALUES", "M_KEYS"]
 
@@ -94,7 +94,7 @@ def _probe(t, src, i, w):
             b = 0
 
 
-@njit(cache=True, nogil=True)
+@leaf
 def _claim(t, s, key, w, meta, m):
     """The slot of :func:`_probe`'s result ``s``: ``s`` when the key was found, else
     the empty slot ``-1 - s``, which takes ``key[0, :w]`` and is counted in

@@ -40,7 +40,7 @@ are shared by the other kernel modules.
 import numpy as np
 from numba import njit
 
-from .rows import row_cmp, row_eq, row_le  # noqa: F401  (re-exported for merge/cursor kernels)
+from .rows import leaf, row_cmp, row_eq, row_le  # noqa: F401  (re-exported for merge/cursor kernels)
 
 __all__ = [
     "argsort_rows",
@@ -437,9 +437,11 @@ def _lsd_sort(keys, payload, use_index, nbits, dbits, out_keys, out_payload):
             out_payload[i] = p1[i]
 
 
-@njit(cache=True, nogil=True)
+@leaf
 def _is_sorted2(a, b, strict):
-    """True when the rows of ``[a | b]`` are non-decreasing (increasing if ``strict``)."""
+    """True when the rows of ``[a | b]`` are non-decreasing (increasing if ``strict``).
+    A leaf (see :func:`kernels.rows.leaf`): the inlined row comparisons take no
+    reference counts, two a row otherwise."""
     for i in range(1, a.shape[0]):
         c = row_cmp(a, i - 1, a, i)
         if c == 0:

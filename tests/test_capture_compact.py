@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import ddnumba as dd
+from ddnumba.kernels import consolidate as C
 from capture_streams import build as _build
 from capture_streams import count_at as _count_at
 from capture_streams import feed as _feed
@@ -129,3 +130,61 @@ def test_compact_rejects_bad_times(engine):
     finally:
         df.close()
 
+
+
+# ------------------------------------------------- the one-pass kernel for 1-D times
+def _consolidated(rng, n, aw, tmax, diffs):
+    return C.consolidate(rng.integers(0, 4, (n, aw)), rng.integers(0, tmax, (n, 1)),
+                         rng.choice(np.array(diffs, np.int64), n))
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("aw", [0, 1, 2])
+def test_merge_advanced_matches_advancing_and_consolidating_the_union(seed, aw):
+    # What a 1-D capture's compaction keeps, in one pass over its consolidated head and
+    # the parts added since: the union with every time t advanced to max(t, f).
+    rng = np.random.default_rng(seed * 3 + aw)
+    for na, nb in [(0, 0), (0, 6), (9, 0), (1, 1), (200, 4), (3, 200), (120, 150)]:
+        a = _consolidated(rng, na, aw, 8, [-2, -1, 1, 3])
+        b = _consolidated(rng, nb, aw, 8, [-2, -1, 1, 3])
+        if len(a[2]) and nb and rng.random() < 0.5:
+            # b retracts some of a at later times: those rows cancel once advanced
+            k = min(len(a[2]), 6)
+            idx = np.sort(rng.choice(len(a[2]), k, replace=False))
+            later = a[1][idx] + rng.integers(0, 3, (k, 1))
+            b = C.consolidate(np.concatenate([b[0], a[0][idx]]),
+                              np.concatenate([b[1], later]),
+                              np.concatenate([b[2], -a[2][idx]]))
+        for f in (-1, 0, 3, 7, 20):
+            d, t, df_, moved = C.merge_advanced(a, b, f)
+            for x in (d, t, df_):
+                assert x.flags.c_contiguous and x.dtype == np.int64
+            union = [np.concatenate([x, y]) for x, y in zip(a, b)]
+            want = C.consolidate(union[0], np.maximum(union[1], f), union[2])
+            assert d.shape == want[0].shape
+            np.testing.assert_array_equal(d, want[0])
+            np.testing.assert_array_equal(t, want[1])
+            np.testing.assert_array_equal(df_, want[2])
+            assert moved == bool((union[1] < f).any())
+
+
+def test_merge_advanced_sums_exactly_and_checks_shapes():
+    big = np.iinfo(np.int64).max
+    one = np.array([[1]])
+    # three updates of one row collapse at f: a partial sum passes int64 and comes back
+    a = (np.array([[1], [1]]), np.array([[0], [1]]), np.array([big, big]))
+    b = (one, np.array([[2]]), np.array([-big]))
+    d, t, f, moved = C.merge_advanced(a, b, 5)
+    assert (d.tolist(), t.tolist(), f.tolist(), moved) == ([[1]], [[5]], [big], True)
+    with pytest.raises(OverflowError, match="merge_advanced"):
+        C.merge_advanced(a, (one, np.array([[1]]), np.array([1])), 5)
+    # the same magnitudes kept apart by a time after f are not summed
+    a1 = (one, np.array([[0]]), np.array([big]))
+    got = C.merge_advanced(a1, (one, np.array([[6]]), np.array([1])), 5)
+    assert (got[1].tolist(), got[2].tolist()) == ([[5], [6]], [big, 1])
+    # nothing before f: nothing moved
+    assert not C.merge_advanced(a1, (one, np.array([[6]]), np.array([1])), 0)[3]
+    with pytest.raises(ValueError, match="time widths"):
+        C.merge_advanced((one, np.array([[0, 0]]), np.array([1])), a, 0)
+    with pytest.raises(ValueError, match="data widths"):
+        C.merge_advanced((np.array([[1, 2]]), np.array([[0]]), np.array([1])), a, 0)

@@ -144,12 +144,19 @@ class CaptureNode(SinkNode):
             s = self.since
             joins = np.maximum(s[:, None, :], f[None, :, :]).reshape(-1, self.dims)
             f = _lattice.antichain(np.ascontiguousarray(joins))
-        u = self.consolidated()
-        if len(u):
+        if self.dims == 1 and len(f) == 1:
+            # One pass: the kept head merged with the parts added since, each time
+            # advanced to the frontier's (a 1-D antichain has one element at most).
+            head, rest = self._head_and_rest()
+            d, t, df, moved = _consolidate.merge_advanced(
+                (head.data, head.times, head.diffs), (rest.data, rest.times, rest.diffs),
+                f[0, 0])
+            self._moved = self._moved or moved
+            u = Updates(d, t, df)
+        elif len(u := self.consolidated()):
             adv = _lattice.advance(u.times, f)
-            # The rows stay sorted by data, and with one time coordinate by time within
-            # a row too (the times up to f become f, the later ones stay above it):
-            # then one linear pass consolidates them, else a sort.
+            # The rows stay sorted by data; when the advanced times keep their order
+            # within each row, one linear pass consolidates them, else a sort.
             if not self._moved and not np.array_equal(adv, u.times):
                 self._moved = True
             if _sort.is_sorted_rows2(u.data, adv):
@@ -216,17 +223,26 @@ class CaptureNode(SinkNode):
         self._consolidated = u
         self._head = u if len(u) else None
 
+    def _head_and_rest(self):
+        """``(head, rest)``, both consolidated, whose union is every kept update: the
+        consolidated first part (empty if there is none) and the other parts."""
+        empty = Updates.empty(self.arity, self.dims)
+        if self._consolidated is not None:
+            return self._consolidated, empty
+        parts = self.parts
+        if self._head is not None and parts and parts[0] is self._head:
+            return self._head, Updates.concat(parts[1:], self.arity,
+                                              self.dims).consolidated()
+        return empty, Updates.concat(parts, self.arity, self.dims).consolidated()
+
     def consolidated(self) -> Updates:
         if self._consolidated is None:
-            parts = self.parts
-            if self._head is not None and parts and parts[0] is self._head:
-                rest = Updates.concat(parts[1:], self.arity, self.dims).consolidated()
-                u = self._head
-                if len(rest):
-                    u = Updates(*_consolidate.merge_consolidated(
-                        (u.data, u.times, u.diffs), (rest.data, rest.times, rest.diffs)))
-            else:
-                u = Updates.concat(parts, self.arity, self.dims).consolidated()
+            u, rest = self._head_and_rest()
+            if not len(u):
+                u = rest
+            elif len(rest):
+                u = Updates(*_consolidate.merge_consolidated(
+                    (u.data, u.times, u.diffs), (rest.data, rest.times, rest.diffs)))
             self._set_whole(u)
         return self._consolidated
 
