@@ -133,6 +133,49 @@ class CaptureRead:
         self._step(read)
 
 
+class CaptureCompact:
+    """One compaction of a capture holding the count of 200,000 keys, kept, and ``n``
+    updates added since by runs of 100,000 changes each (the output of a ``count``:
+    one retraction and one insertion per changed key), to the last complete time. With
+    one time coordinate it is one pass: the kept head merged with the new parts, every
+    time advanced on the way (forty-second session, ``merge_advanced``; before, a
+    merge, an advance, a sortedness check and a consolidation: a count ingest's
+    compactions 3.4 -> 1.2-1.4 s)."""
+
+    params = [200_000, 2_000_000]
+    param_names = ["n"]
+    timeout = 600
+
+    def setup(self, n):
+        rng = np.random.default_rng(4)
+        self.df = dd.Dataflow()
+        inp, c = self.df.new_input(["k", "v"])
+        self.node = c.count().capture()._node
+        inp.insert(np.arange(200_000), np.zeros(200_000, np.int64), time=0)
+        inp.advance_to(1)
+        self.df.run()
+        self.node.compact(np.array([[0]]))
+        t = 1
+        while self.node._kept_new < n:
+            k = rng.integers(0, 200_000, 100_000)
+            inp.update(k, rng.integers(1, 100, 100_000), time=t)
+            t += 1
+            inp.advance_to(t)
+            self.df.run()
+        self.t = t - 1
+        self.parts = list(self.node.parts)
+        self.head = self.node._head
+
+    def time_compact(self, n):
+        # every repeat compacts the same parts (a compaction replaces them)
+        node = self.node
+        node.parts = list(self.parts)
+        node._head = self.head
+        node._consolidated = None
+        node.since = None
+        node.compact(np.array([[self.t]]))
+
+
 class _RootRuns:
     """Runs of B changes to input ``a`` (rows ``(k, x)``, ``NA`` of them over ``K``
     keys and ``X`` values), each change one row removed and one inserted at its own
