@@ -210,50 +210,54 @@ def _merge_advance_1d(ad, at, af, bd, bt, bf, f, od, ot, of):
     pending = False         # od[k], ot[k] hold the row being summed into (s, carry)
     s = np.int64(0)
     carry = np.int64(0)
-    while i < n or j < m:
-        from_a = j >= m or (i < n and _upd_cmp(ad, at, i, bd, bt, j) <= 0)
-        if from_a:
-            t = at[i, 0]
-            d = af[i]
-        else:
-            t = bt[j, 0]
-            d = bf[j]
-        if t < f:
-            t = f
-            moved = True
-        same = pending and ot[k, 0] == t
-        if same:
-            for c in range(w):
-                x = ad[i, c] if from_a else bd[j, c]
-                if od[k, c] != x:
-                    same = False
-                    break
-        if same:
-            s, carry = add_counted(s, carry, d)
-        else:
-            if pending:
-                if carry != 0:
-                    return k, moved, True
-                if s != 0:
-                    of[k] = s
-                    k += 1
-            for c in range(w):
-                od[k, c] = ad[i, c] if from_a else bd[j, c]
-            ot[k, 0] = t
-            s = d
-            carry = np.int64(0)
-            pending = True
+    from_a = False          # the next update: from a (else b), its advanced time, diff
+    t = np.int64(0)
+    d = np.int64(0)
+    while True:
+        done = i >= n and j >= m
+        if not done:
+            from_a = j >= m or (i < n and _upd_cmp(ad, at, i, bd, bt, j) <= 0)
+            if from_a:
+                t = at[i, 0]
+                d = af[i]
+            else:
+                t = bt[j, 0]
+                d = bf[j]
+            if t < f:
+                t = f
+                moved = True
+            same = pending and ot[k, 0] == t
+            if same:
+                for c in range(w):
+                    x = ad[i, c] if from_a else bd[j, c]
+                    if od[k, c] != x:
+                        same = False
+                        break
+            if same:
+                s, carry = add_counted(s, carry, d)
+                if from_a:
+                    i += 1
+                else:
+                    j += 1
+                continue
+        if pending:         # the row summed so far is complete: keep it unless zero
+            if carry != 0:
+                return k, moved, True
+            if s != 0:
+                of[k] = s
+                k += 1
+        if done:
+            return k, moved, False
+        for c in range(w):
+            od[k, c] = ad[i, c] if from_a else bd[j, c]
+        ot[k, 0] = t
+        s = d
+        carry = np.int64(0)
+        pending = True
         if from_a:
             i += 1
         else:
             j += 1
-    if pending:
-        if carry != 0:
-            return k, moved, True
-        if s != 0:
-            of[k] = s
-            k += 1
-    return k, moved, False
 
 
 @leaf
