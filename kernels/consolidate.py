@@ -503,10 +503,17 @@ def merge_consolidated(a, b):
     k, over = _merge_consolidated(ad, at, af, bd, bt, bf, od, ot, of)
     if over:
         raise _overflow("merge_consolidated")
+    return _trimmed(od, ot, of, k)
+
+
+def _trimmed(od, ot, of, k):
+    """The first ``k`` rows of a merge's output buffers: views when at most a quarter
+    of the rows cancelled (prefix views stay C-contiguous), else copies (releasing the
+    rest)."""
+    n = of.shape[0]
     if k == n:
         return od, ot, of
     if 4 * (n - k) <= n:
-        # a few rows cancelled: keep the buffers (prefix views stay C-contiguous)
         return od[:k], ot[:k], of[:k]
     return od[:k].copy(), ot[:k].copy(), of[:k].copy()
 
@@ -534,11 +541,7 @@ def merge_advanced(a, b, f):
     k, moved, over = _merge_advance_1d(ad, at, af, bd, bt, bf, np.int64(f), od, ot, of)
     if over:
         raise _overflow("merge_advanced")
-    if 4 * (n - k) > n:
-        od, ot, of = od[:k].copy(), ot[:k].copy(), of[:k].copy()
-    elif k < n:
-        od, ot, of = od[:k], ot[:k], of[:k]
-    return od, ot, of, bool(moved)
+    return (*_trimmed(od, ot, of, k), bool(moved))
 
 
 def accumulate_consolidated(data, times, diffs, t):

@@ -22,9 +22,9 @@ so does a key, whatever the history behind them; a group of a million values cos
 more per change than a group of one (a block per key, as the loops keep, would move a
 whole group's entries to insert one). Deleting
 shifts the following entries of the probe run back (no tombstones), so the tables hold
-the live state only; they grow by 3/2 or 4/3 when 3/4 full and shrink when less than
-1/8 full, and both are sized for a whole batch before it is applied, so a load grows
-them once.
+the live state only; they grow (at least doubling) when 3/4 full and shrink when less
+than 1/8 full, and both are sized for a whole batch before it is applied, so a load
+grows them once.
 
 A ``distinct`` (rows present while their count is positive) keeps the first table
 only, one row per distinct row present with its count: its output changes exactly
@@ -37,9 +37,8 @@ refuses further runs (``Dataflow.run``), as for every error inside a run.
 import numpy as np
 from numba import njit
 
-from .batch import sort_consolidate
 from .hooks import alloc2d, release_rows
-from .hstate import _hash, _move_step, _slot, grid_cap, place_row
+from .hstate import MAX_SLOTS, _hash, _move_step, _slot, grid_cap, place_row
 from .rows import add_checked, leaf, mul_checked, prefetch_row
 
 __all__ = ["agg_step", "distinct_step", "M_VALUES", "M_KEYS"]
@@ -59,6 +58,9 @@ _MIN_SLOTS = 16
 # of fewer slots stay in cache, where the extra hashing only costs.
 PF_AHEAD = 8
 PF_MIN_SLOTS = 1 << 15
+# A key's corrections in a batch are sorted by insertion up to this many, else by a
+# merge sort first.
+_ISORT_MAX = 32
 
 
 @njit(cache=True, nogil=True)
@@ -140,12 +142,19 @@ def _delete(t, b, w):
 @njit(cache=True, nogil=True)
 def _resized(t, w, used, more):
     """``t``, or its entries in a new table, so that ``used + more`` entries fit at a
-    load of at most 3/4 and, when it shrank to ``used``, at least 1/8."""
+    load of at most 3/4 and, when it shrank to ``used``, at least 1/8.
+
+    A table that grows at least doubles (a stream of batches that each add a few
+    percent would otherwise move every entry again every few batches); one that
+    shrinks keeps room for twice what is left."""
     cap = t.shape[0]
     want = used + more
     if want * 4 <= cap * 3 and (want * 8 >= cap or cap <= _MIN_SLOTS):
         return t
-    ncap = max(np.int64(_MIN_SLOTS), grid_cap(want, 3, 4))
+    if want * 4 > cap * 3:
+        ncap = max(grid_cap(want, 3, 4), min(2 * cap, MAX_SLOTS))
+    else:
+        ncap = max(np.int64(_MIN_SLOTS), grid_cap(2 * want, 3, 4))
     if ncap == cap:
         return t
     out = alloc2d(ncap, t.shape[1], True)
@@ -163,14 +172,46 @@ def _resized(t, w, used, more):
 
 
 @njit(cache=True, nogil=True)
-def _put_out(outs, no, r, total, tau, diff):
-    """Append the correction ``(key of row r, total)`` at ``tau`` with ``diff`` to
-    ``outs``; returns the new count."""
-    outs[no, 0] = r
-    outs[no, 1] = total
-    outs[no, 2] = tau
-    outs[no, 3] = diff
-    return no + 1
+def _put_out(g, m, total, tau, diff):
+    """Append the correction ``total`` at ``tau`` with ``diff`` to the key's
+    corrections ``g``; returns their new number."""
+    g[m, 0] = total
+    g[m, 1] = tau
+    g[m, 2] = diff
+    return m + 1
+
+
+@leaf
+def _flush_key(g, m, nd, r, kw, data, times, diffs, no):
+    """Write a key's ``m`` corrections ``g[:m]`` (total, time, diff; in time order)
+    as output rows ``(key of row r, total)`` from row ``no`` on, sorted by total,
+    then time: a stable insertion sort by total (a key has few corrections in a
+    batch, two per distinct time at most; the caller sorts many first). The key's rows follow every earlier
+    key's, so the output comes out sorted; and no two corrections of a key share
+    both total and time (at one time a key retracts its old total and adds a
+    different one), so it is consolidated. Returns the rows written so far."""
+    for i in range(1, m):
+        t0 = g[i, 0]
+        t1 = g[i, 1]
+        t2 = g[i, 2]
+        k = i
+        while k > 0 and g[k - 1, 0] > t0:
+            g[k, 0] = g[k - 1, 0]
+            g[k, 1] = g[k - 1, 1]
+            g[k, 2] = g[k - 1, 2]
+            k -= 1
+        g[k, 0] = t0
+        g[k, 1] = t1
+        g[k, 2] = t2
+    for i in range(m):
+        for c in range(kw):
+            data[no, c] = nd[r, c]
+        data[no, kw] = g[i, 0]
+        times[no, 0] = g[i, 1]
+        times[no, 1] = 0
+        diffs[no] = g[i, 2]
+        no += 1
+    return no
 
 
 @njit(cache=True, nogil=True)
@@ -236,8 +277,12 @@ def agg_step(tab, arena, meta, nd, nt, nf, kw, vw, is_sum, col):
     wv = np.empty(n, np.int64)
     vof = np.empty(n, np.int64)
     order = np.empty(n, np.int64)
-    # corrections (key row, total, time, diff): at most two per row
-    outs = np.empty((2 * n, 4), np.int64)
+    # the output: at most two corrections per row, written in order (a key's after
+    # the key's rows are done, sorted from its corrections ``g``: total, time, diff)
+    data = np.empty((2 * n, kw + 1), np.int64)
+    times = np.empty((2 * n, 2), np.int64)
+    diffs = np.empty(2 * n, np.int64)
+    g = np.empty((2 * n, 3), np.int64)
     no = np.int64(0)
     kkey = np.zeros((1, KW), np.int64)      # the key, padded (a key of no columns)
     vrow = np.zeros((1, W), np.int64)       # a data row, padded (no columns at all)
@@ -297,6 +342,7 @@ def agg_step(tab, arena, meta, nd, nt, nf, kw, vw, is_sum, col):
         prev = tot
         i = np.int64(0)
         m = e - r
+        mg = np.int64(0)
         while i < m:
             tau = nt[order[i], 0]
             while i < m and nt[order[i], 0] == tau:
@@ -317,11 +363,15 @@ def agg_step(tab, arena, meta, nd, nt, nf, kw, vw, is_sum, col):
             now = nz > 0
             if now != pres or (now and tot != prev):
                 if pres:
-                    no = _put_out(outs, no, r, prev, tau, -1)
+                    mg = _put_out(g, mg, prev, tau, -1)
                 if now:
-                    no = _put_out(outs, no, r, tot, tau, 1)
+                    mg = _put_out(g, mg, tot, tau, 1)
                 pres = now
                 prev = tot
+        if mg > _ISORT_MAX:
+            o = np.argsort(g[:mg, 0], kind="mergesort")     # stable: time order kept
+            g[:mg] = g[o]
+        no = _flush_key(g, mg, nd, r, kw, data, times, diffs, no)
         # the key's number of values and total
         if nz > 0:
             ks = _claim(arena, ks, kkey, KW, meta, M_KEYS)
@@ -334,17 +384,9 @@ def agg_step(tab, arena, meta, nd, nt, nf, kw, vw, is_sum, col):
     # shrink what mass deletions left mostly empty
     tab = _resized(tab, W, meta[M_VALUES], 0)
     arena = _resized(arena, KW, meta[M_KEYS], 0)
-    data = np.empty((no, kw + 1), np.int64)
-    times = np.zeros((no, 2), np.int64)
-    diffs = np.empty(no, np.int64)
-    for q in range(no):
-        for c in range(kw):
-            data[q, c] = nd[outs[q, 0], c]
-        data[q, kw] = outs[q, 1]
-        times[q, 0] = outs[q, 2]
-        diffs[q] = outs[q, 3]
-    d, t, f = sort_consolidate(data, times, diffs)
-    return tab, arena, d, t, f
+    # The rows past ``no`` were never written, so they cost address space only (no
+    # memory): views rather than copies, which would fill fresh pages again.
+    return tab, arena, data[:no], times[:no], diffs[:no]
 
 
 @njit(cache=True, nogil=True)

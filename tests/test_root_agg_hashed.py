@@ -7,6 +7,7 @@ import pytest
 
 import ddnumba as dd
 from ddnumba.testing import updates_from_table
+from ddnumba.kernels import consolidate as C
 
 from reference_reduce import count_and_sum_at
 
@@ -333,6 +334,8 @@ def test_agg_step_against_brute_force(seed):
             got = {(int(r[0]), int(r[1]), int(x)): int(y)
                    for r, x, y in zip(d, tt[:, 0], f)}
             assert got == want[i], (i, t0)
+            # written sorted and consolidated, second time coordinate 0
+            assert C.is_consolidated(d, tt, f) and not tt[:, 1].any()
             live = {kv: m for kv, m in acc.items() if m}
             assert st[2][M_VALUES] == len(live)
             assert int((tab[:, 2] != 0).sum()) == len(live)
@@ -369,4 +372,60 @@ def test_root_count_tables_fill_to_three_quarters():
     tab, keys, _ = eng.st[11][eng.prm[i, 1]]
     assert tab.shape[0] == grid_cap(1000, 3, 4) == 1536
     assert keys.shape[0] == grid_cap(200, 3, 4)
+    df.close()
+
+
+@pytest.mark.parametrize("is_sum", [False, True])
+def test_agg_step_orders_many_corrections_of_one_key(is_sum):
+    """A key whose total changes at many times of one batch (more corrections than
+    the insertion sort takes: they are merge-sorted first) comes out sorted by
+    total, then time, and consolidated, with the brute-force changes."""
+    from ddnumba.kernels.hstate import new_meta
+    from ddnumba.kernels.rootagg import _ISORT_MAX, agg_step
+    rng = np.random.default_rng(7)
+    n = 6 * _ISORT_MAX
+    nd = np.stack([np.repeat([3, 5], n // 2), rng.integers(-4, 9, n)], axis=1)
+    nt = np.zeros((n, 2), np.int64)
+    nt[:, 0] = rng.integers(0, n, n)
+    nf = rng.choice(np.array([-1, 1, 2]), n)
+    o = np.lexsort((nt[:, 0], nd[:, 1], nd[:, 0]))
+    nd, nt, nf = nd[o].astype(np.int64), nt[o], nf[o].astype(np.int64)
+    tab, arena, d, tt, f = agg_step(np.zeros((16, 3), np.int64), np.zeros((16, 3), np.int64),
+                                    new_meta(1, 1), nd, nt, nf, 1, 1, is_sum, 0)
+    assert C.is_consolidated(d, tt, f)
+    assert (d[:, 0] == 3).sum() > _ISORT_MAX
+    acc, want = {}, {}
+    for t in range(n):
+        before = dict(acc)
+        for (k, v), x, y in zip(nd.tolist(), nt[:, 0].tolist(), nf.tolist()):
+            if x == t:
+                acc[(k, v)] = acc.get((k, v), 0) + y
+        want.update(_oracle_changes(before, acc, t)[int(is_sum)])
+    got = {(int(r[0]), int(r[1]), int(x)): int(y) for r, x, y in zip(d, tt[:, 0], f)}
+    assert got == want
+
+
+def test_root_count_tables_at_least_double_when_they_grow():
+    """Batches that each add a few percent of values grow the value table rarely:
+    every growth at least doubles it, and it stays at most 3/4 full."""
+    df = dd.Dataflow(engine="native")
+    a_in, a = df.new_input(["k", "v"])
+    cap = a.count().capture()
+    eng = None
+    caps = []
+    for b in range(60):
+        v = np.arange(b * 100, (b + 1) * 100)
+        a_in.insert(v % 37, v, time=b)
+        a_in.advance_to(b + 1)
+        df.run()
+        eng = df._native
+        (i,) = eng.agg_nodes
+        tab = eng.st[11][eng.prm[i, 1]][0]
+        caps.append(tab.shape[0])
+        assert 4 * (b + 1) * 100 <= 3 * tab.shape[0]
+    grew = [(x, y) for x, y in zip(caps, caps[1:]) if y != x]
+    assert grew and all(y >= 2 * x for x, y in grew), caps
+    assert len(grew) <= 7, caps       # log2(6000 / 100) + 1
+    got = dict(zip(*(cap.at(59).column(c).to_pylist() for c in ("k", "count"))))
+    assert got == {k: int((np.arange(6000) % 37 == k).sum()) for k in range(37)}
     df.close()
