@@ -188,3 +188,114 @@ def test_merge_advanced_sums_exactly_and_checks_shapes():
         C.merge_advanced((one, np.array([[0, 0]]), np.array([1])), a, 0)
     with pytest.raises(ValueError, match="data widths"):
         C.merge_advanced((np.array([[1, 2]]), np.array([[0]]), np.array([1])), a, 0)
+
+
+# --------------------------------- reading or compacting after several runs: the union
+def _multiset_at(rows, t):
+    """The oracle: the input accumulated at ``t`` (rows ``(a, b, time, diff)``)."""
+    acc = {}
+    for a, b, s, d in rows:
+        if _leq(s, t):
+            acc[(a, b)] = acc.get((a, b), 0) + d
+    return {k: v for k, v in acc.items() if v}
+
+
+@pytest.mark.parametrize("engine", ["python", "native"])
+@pytest.mark.parametrize("merge_parts", [64, 3, 0])
+@pytest.mark.parametrize("shape", ["consolidated", "raw", "doubled"])
+@pytest.mark.parametrize("seed", [11, 12])
+def test_parts_of_several_runs_read_and_compact_exactly(engine, merge_parts, shape, seed,
+                                                          monkeypatch):
+    # Each run's output is one part, consolidated after `consolidate()`; not when the
+    # input is captured as fed, nor when a consolidated collection is concatenated
+    # with itself (sorted, but each row twice). Reading the capture (or compacting
+    # it) after several runs unites them: merged two at a time while there are at
+    # most MERGE_PARTS and each is consolidated, else sorted together.
+    raw = shape != "consolidated"
+    from ddnumba.operators.output import CaptureNode
+    monkeypatch.setattr(CaptureNode, "MERGE_PARTS", merge_parts)
+    merges = []
+    orig = C.merge_consolidated
+    monkeypatch.setattr(C, "merge_consolidated",
+                        lambda a, b: merges.append((len(a[2]), len(b[2]))) or orig(a, b))
+    rng = np.random.default_rng(seed)
+    df = dd.Dataflow(engine=engine)
+    try:
+        inp, c = df.new_input(["a", "b"])
+        cc = c.consolidate()
+        cap = {"consolidated": cc, "raw": c, "doubled": cc.concat(cc)}[shape].capture()
+        rows = []
+        t = 0
+        for burst in range(6):
+            runs = int(rng.integers(1, 9))
+            merges.clear()
+            for _ in range(runs):
+                n = int(rng.integers(0, 40))
+                a = rng.integers(0, 5, n)
+                b = rng.integers(0, 4, n)
+                ts = t + rng.integers(0, 3, n)
+                d = rng.choice(np.array([-1, 1, 1, 2], np.int64), n)
+                inp.update(a, b, time=ts, diff=d)
+                rows += list(zip(a.tolist(), b.tolist(), [(x,) for x in ts.tolist()],
+                                 d.tolist()))
+                t += 3
+                inp.advance_to(t)
+                df.run()
+            parts = [p for p in cap._node.parts if len(p)]
+            head = cap._node._head
+            new = len(parts) - (1 if head is not None and parts[0] is head else 0)
+            merge = 2 <= new <= merge_parts and all(
+                C.is_consolidated(p.data, p.times, p.diffs) for p in parts)
+            assert merge or raw or not 2 <= new <= merge_parts
+            if burst % 2:
+                since = int(rng.integers(cap.since[0] if cap.since is not None else 0,
+                                         t))
+                cap.compact(since)
+            else:
+                since = int(cap.since[0]) if cap.since is not None else 0
+            for x in range(since, t):
+                got = cap.at(x)
+                assert dict(zip(zip(got.column("a").to_pylist(), got.column("b").to_pylist()),
+                                got.column(got.num_columns - 1).to_pylist())) \
+                    == {k: v * (2 if shape == "doubled" else 1)
+                        for k, v in _multiset_at(rows, (x,)).items()}, (burst, x)
+            whole = cap._node.consolidated()
+            assert C.is_consolidated(whole.data, whole.times, whole.diffs)
+            # how the parts were united: only merges of two, none when sorted
+            if merge:
+                assert len(merges) >= new - 1
+            elif new >= 2:
+                assert len(merges) <= 1     # the head merged with the sorted rest
+    finally:
+        df.close()
+
+
+def test_union_sorts_when_a_part_is_not_consolidated():
+    from ddnumba.updates import Updates
+    rng = np.random.default_rng(3)
+    parts = []
+    for k in range(5):
+        n = 30
+        u = Updates(rng.integers(0, 3, (n, 2)), rng.integers(0, 4, (n, 1)),
+                    rng.choice(np.array([-1, 1, 2], np.int64), n))
+        parts.append(u if k == 2 else u.consolidated())
+    assert not C.is_consolidated(parts[2].data, parts[2].times, parts[2].diffs)
+    df = dd.Dataflow()
+    node = df.new_input(["a", "b"])[1].capture()._node
+    got = node._union(list(parts))
+    want = Updates.concat(parts, 2, 1).consolidated()
+    for g, w in zip((got.data, got.times, got.diffs), (want.data, want.times, want.diffs)):
+        np.testing.assert_array_equal(g, w)
+    # sorted, but a row twice at one time: not consolidated either
+    parts[2] = Updates(np.array([[0, 0], [0, 0], [1, 0]], np.int64),
+                       np.array([[0], [0], [1]], np.int64), np.array([1, 1, 1], np.int64))
+    got = node._union(list(parts))
+    want = Updates.concat(parts, 2, 1).consolidated()
+    for g, w in zip((got.data, got.times, got.diffs), (want.data, want.times, want.diffs)):
+        np.testing.assert_array_equal(g, w)
+    # all consolidated: merged, same result as the sort
+    parts[2] = parts[2].consolidated()
+    got = node._union(list(parts))
+    want = Updates.concat(parts, 2, 1).consolidated()
+    for g, w in zip((got.data, got.times, got.diffs), (want.data, want.times, want.diffs)):
+        np.testing.assert_array_equal(g, w)

@@ -7,6 +7,7 @@ than a silently partial answer.
 """
 from __future__ import annotations
 
+import heapq
 import warnings
 
 import numpy as np
@@ -68,6 +69,9 @@ class CaptureNode(SinkNode):
     # the updates it covers, and the capture never holds much more than three times its
     # collection (plus COMPACT_MIN and one run's output).
     COMPACT_MIN = 1 << 16
+    # Up to this many parts that are each consolidated are merged pairwise when the
+    # capture is read or compacted; more (many small runs) are sorted together.
+    MERGE_PARTS = 64
     # A self-compacting capture warns (once until the next take_new) when updates
     # wait for new_updates() over PENDING_WARN_RUNS runs and outnumber what the
     # capture itself may hold: they are kept until read, and a program that asked
@@ -231,9 +235,32 @@ class CaptureNode(SinkNode):
             return self._consolidated, empty
         parts = self.parts
         if self._head is not None and parts and parts[0] is self._head:
-            return self._head, Updates.concat(parts[1:], self.arity,
-                                              self.dims).consolidated()
-        return empty, Updates.concat(parts, self.arity, self.dims).consolidated()
+            return self._head, self._union(parts[1:])
+        return empty, self._union(parts)
+
+    def _union(self, parts):
+        """The consolidation of the union of ``parts``. A run's output arrives
+        consolidated, so when at most ``MERGE_PARTS`` parts each are (a linear check
+        that stops at the first row out of order), they are merged pairwise
+        (:func:`ddnumba.kernels.consolidate.merge_consolidated`, the two smallest
+        first) instead of sorted together."""
+        parts = [p for p in parts if len(p)]
+        if len(parts) <= 1 or len(parts) > self.MERGE_PARTS or not all(
+                _consolidate.is_consolidated(p.data, p.times, p.diffs) for p in parts):
+            return Updates.concat(parts, self.arity, self.dims).consolidated()
+        # the two smallest first (as in a Huffman code): a large part is copied as
+        # few times as can be
+        heap = [(len(p), i, p) for i, p in enumerate(parts)]
+        heapq.heapify(heap)
+        i = len(heap)
+        while len(heap) > 1:
+            _, _, a = heapq.heappop(heap)
+            _, _, b = heapq.heappop(heap)
+            m = Updates(*_consolidate.merge_consolidated(
+                (a.data, a.times, a.diffs), (b.data, b.times, b.diffs)))
+            heapq.heappush(heap, (len(m), i, m))
+            i += 1
+        return heap[0][2]
 
     def consolidated(self) -> Updates:
         if self._consolidated is None:
