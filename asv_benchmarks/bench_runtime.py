@@ -176,6 +176,55 @@ class CaptureCompact:
         node.compact(np.array([[self.t]]))
 
 
+class CountIngest:
+    """Ingest through a root ``count``: runs of 200,000 ``(user, item)`` rows spread
+    over 1,000 times each (200,000 users, 100,000 items: nearly every row a new value
+    of its key), counted per user into a self-compacting capture; the median of 8
+    runs after 4 warm-up runs, and a check of the final counts. Forty-third session:
+    the count's tables at least double when they grow, its output comes out sorted
+    (no sort of a run's corrections), and a compaction merges the consolidated
+    parts of the runs since the last one instead of sorting them together."""
+
+    params = [200_000]
+    param_names = ["rows"]
+    timeout = 600
+    number = 1
+    repeat = 1
+
+    def setup(self, rows):
+        self.rng = np.random.default_rng(8)
+        self.df = dd.Dataflow()
+        self.inp, c = self.df.new_input(["user", "item"])
+        self.cap = c.count().capture(auto_compact=True)
+        self.counts = np.zeros(200_000, np.int64)
+        self.t = 0
+        for _ in range(4):
+            self._run(rows)
+
+    def _run(self, rows):
+        rng = self.rng
+        u = rng.integers(0, 200_000, rows)
+        it = rng.integers(0, 100_000, rows)
+        tt = np.sort(rng.integers(self.t, self.t + 1000, rows))
+        self.inp.update(u, it, time=tt)
+        self.counts += np.bincount(u, minlength=200_000)
+        self.t += 1000
+        self.inp.advance_to(self.t)
+        a = time.perf_counter()
+        self.df.run()
+        return time.perf_counter() - a
+
+    def track_seconds_per_run(self, rows):
+        lat = [self._run(rows) for _ in range(8)]
+        got = self.cap.at(self.t - 1)
+        keys = np.flatnonzero(self.counts)
+        if not (np.array_equal(got["user"].to_numpy(), keys)
+                and np.array_equal(got["count"].to_numpy(), self.counts[keys])):
+            raise RuntimeError("count() differs from the NumPy recount")
+        return float(np.median(lat))
+    track_seconds_per_run.unit = "seconds"
+
+
 class _RootRuns:
     """Runs of B changes to input ``a`` (rows ``(k, x)``, ``NA`` of them over ``K``
     keys and ``X`` values), each change one row removed and one inserted at its own

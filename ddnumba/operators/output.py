@@ -69,9 +69,14 @@ class CaptureNode(SinkNode):
     # the updates it covers, and the capture never holds much more than three times its
     # collection (plus COMPACT_MIN and one run's output).
     COMPACT_MIN = 1 << 16
-    # Up to this many parts that are each consolidated are merged pairwise when the
-    # capture is read or compacted; more (many small runs) are sorted together.
-    MERGE_PARTS = 64
+    # Up to this many parts that are each consolidated are merged two at a time when
+    # the capture is read or compacted (each row copied at most twice); more are sorted
+    # together. Measured on a count's output (forty-third session, HISTORY.md): the
+    # compactions of a count ingest, two new parts of ~1M rows each, took 0.75-0.87 s
+    # merged and 1.17-1.32 s sorted; 7 or 13 parts of ~150k rows (asv CaptureCompact)
+    # merged 1.1-1.8x slower than they sorted (each level of merges writes fresh
+    # memory).
+    MERGE_PARTS = 4
     # A self-compacting capture warns (once until the next take_new) when updates
     # wait for new_updates() over PENDING_WARN_RUNS runs and outnumber what the
     # capture itself may hold: they are kept until read, and a program that asked
