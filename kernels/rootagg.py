@@ -186,10 +186,11 @@ def _flush_key(g, m, nd, r, kw, data, times, diffs, no):
     """Write a key's ``m`` corrections ``g[:m]`` (total, time, diff; in time order)
     as output rows ``(key of row r, total)`` from row ``no`` on, sorted by total,
     then time: a stable insertion sort by total (a key has few corrections in a
-    batch, two per distinct time at most; the caller sorts many first). The key's rows follow every earlier
-    key's, so the output comes out sorted; and no two corrections of a key share
-    both total and time (at one time a key retracts its old total and adds a
-    different one), so it is consolidated. Returns the rows written so far."""
+    batch, two per distinct time at most; the caller sorts many first). The key's
+    rows follow every earlier key's, so the output comes out sorted; and no two
+    corrections of a key share both total and time (at one time a key retracts its
+    old total and adds a different one), so it is consolidated. Returns the rows
+    written so far."""
     for i in range(1, m):
         t0 = g[i, 0]
         t1 = g[i, 1]
@@ -261,14 +262,19 @@ def agg_step(tab, arena, meta, nd, nt, nf, kw, vw, is_sum, col):
         meta[M_VALUES] = 0
         meta[M_KEYS] = 0
         meta[M_INIT] = 1
-    # room for every value and key of the batch, once
+    # room for every value and key of the batch, once; the most rows of one key
     nk = np.int64(0)
     nv = np.int64(0)
+    k0 = np.int64(0)
+    most = np.int64(0)
     for x in range(n):
         if x == 0 or not _same(nd, x - 1, nd, x, w):
             nv += 1
             if x == 0 or not _same(nd, x - 1, nd, x, kw):
                 nk += 1
+                most = max(most, x - k0)
+                k0 = x
+    most = max(most, n - k0)
     tab = _resized(tab, W, meta[M_VALUES], nv)
     arena = _resized(arena, KW, meta[M_KEYS], nk)
     # per touched value (indexed like the rows of its first update): its count and
@@ -276,13 +282,13 @@ def agg_step(tab, arena, meta, nd, nt, nf, kw, vw, is_sum, col):
     cnt = np.empty(n, np.int64)
     wv = np.empty(n, np.int64)
     vof = np.empty(n, np.int64)
-    order = np.empty(n, np.int64)
+    order = np.empty(most, np.int64)        # a key's rows in time order
     # the output: at most two corrections per row, written in order (a key's after
     # the key's rows are done, sorted from its corrections ``g``: total, time, diff)
     data = np.empty((2 * n, kw + 1), np.int64)
     times = np.empty((2 * n, 2), np.int64)
     diffs = np.empty(2 * n, np.int64)
-    g = np.empty((2 * n, 3), np.int64)
+    g = np.empty((2 * most, 3), np.int64)
     no = np.int64(0)
     kkey = np.zeros((1, KW), np.int64)      # the key, padded (a key of no columns)
     vrow = np.zeros((1, W), np.int64)       # a data row, padded (no columns at all)
