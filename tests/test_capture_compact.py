@@ -255,10 +255,11 @@ def test_parts_of_several_runs_read_and_compact_exactly(engine, merge_parts, sha
                 since = int(cap.since[0]) if cap.since is not None else 0
             for x in range(since, t):
                 got = cap.at(x)
-                assert dict(zip(zip(got.column("a").to_pylist(), got.column("b").to_pylist()),
-                                got.column(got.num_columns - 1).to_pylist())) \
-                    == {k: v * (2 if shape == "doubled" else 1)
-                        for k, v in _multiset_at(rows, (x,)).items()}, (burst, x)
+                rows_at = zip(got.column("a").to_pylist(), got.column("b").to_pylist())
+                want = {k: v * (2 if shape == "doubled" else 1)
+                        for k, v in _multiset_at(rows, (x,)).items()}
+                assert dict(zip(rows_at, got.column(got.num_columns - 1).to_pylist())) \
+                    == want, (burst, x)
             whole = cap._node.consolidated()
             assert C.is_consolidated(whole.data, whole.times, whole.diffs)
             # how the parts were united: only merges of two, none when sorted

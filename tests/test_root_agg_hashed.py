@@ -390,8 +390,9 @@ def test_agg_step_orders_many_corrections_of_one_key(is_sum):
     nf = rng.choice(np.array([-1, 1, 2]), n)
     o = np.lexsort((nt[:, 0], nd[:, 1], nd[:, 0]))
     nd, nt, nf = nd[o].astype(np.int64), nt[o], nf[o].astype(np.int64)
-    tab, arena, d, tt, f = agg_step(np.zeros((16, 3), np.int64), np.zeros((16, 3), np.int64),
-                                    new_meta(1, 1), nd, nt, nf, 1, 1, is_sum, 0)
+    empty = np.zeros((16, 3), np.int64)
+    tab, arena, d, tt, f = agg_step(empty, empty.copy(), new_meta(1, 1), nd, nt, nf, 1, 1,
+                                    is_sum, 0)
     assert C.is_consolidated(d, tt, f)
     assert (d[:, 0] == 3).sum() > _ISORT_MAX
     acc, want = {}, {}

@@ -70,8 +70,8 @@ class CaptureNode(SinkNode):
     # collection (plus COMPACT_MIN and one run's output).
     COMPACT_MIN = 1 << 16
     # Up to this many parts that are each consolidated are merged two at a time when
-    # the capture is read or compacted (each row copied at most twice); more are sorted
-    # together. Measured on a count's output (forty-third session, HISTORY.md): the
+    # the capture is read or compacted (each row copied at most three times); more are
+    # sorted together. Measured on a count's output (forty-third session, HISTORY.md): the
     # compactions of a count ingest, two new parts of ~1M rows each, took 0.75-0.87 s
     # merged and 1.17-1.32 s sorted; 7 or 13 parts of ~150k rows (asv CaptureCompact)
     # merged 1.1-1.8x slower than they sorted (each level of merges writes fresh
@@ -244,9 +244,9 @@ class CaptureNode(SinkNode):
         return empty, self._union(parts)
 
     def _union(self, parts):
-        """The consolidation of the union of ``parts``. A run's output arrives
-        consolidated, so when at most ``MERGE_PARTS`` parts each are (a linear check
-        that stops at the first row out of order), they are merged pairwise
+        """The consolidation of the union of ``parts``. A reduce's output arrives
+        consolidated, one part a run; when at most ``MERGE_PARTS`` parts each are (a
+        linear check that stops at the first row out of order), they are merged pairwise
         (:func:`ddnumba.kernels.consolidate.merge_consolidated`, the two smallest
         first) instead of sorted together."""
         parts = [p for p in parts if len(p)]
