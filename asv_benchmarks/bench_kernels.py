@@ -194,7 +194,7 @@ class BatchSortConsolidate:
         small = flat_updates(1000, layout)
         batch.sort_consolidate(*small)                         # JIT warm-up
         d, t, f = batch.sort_consolidate(self.data, self.times, self.diffs)
-        assert batch.is_consolidated(d, t, f)
+        assert batch.is_flat(d, t, f)
 
     def time_sort_consolidate(self, n, layout):
         batch.sort_consolidate(self.data, self.times, self.diffs)
@@ -228,9 +228,9 @@ class BatchMerge:
         small_a, small_b = flat_batch(1000, 3), flat_batch(1000, 4)
         batch.merge(small_a, small_b, I64_MIN)                 # JIT warm-up
         out = batch.merge(self.a, self.b, I64_MIN)
-        assert len(out[2]) <= self.rows and batch.is_consolidated(*out)
+        assert len(out[2]) <= self.rows and batch.is_flat(*out)
         out = batch.merge(self.a, self.b, 500)
-        assert batch.is_consolidated(*out) and out[1][:, 0].min() >= 500
+        assert batch.is_flat(*out) and out[1][:, 0].min() >= 500
 
     def time_merge(self, n):
         batch.merge(self.a, self.b, I64_MIN)
@@ -282,7 +282,7 @@ class BatchMergeTrace:
         self.b = trace_batch(max(1, n // ratio), 6, 1000, 2000)
         self.rows = len(self.a[2]) + len(self.b[2])
         out = batch.merge(self.a, self.b, 1000)
-        assert batch.is_consolidated(*out) and out[1][:, 0].min() >= 1000
+        assert batch.is_flat(*out) and out[1][:, 0].min() >= 1000
         assert len(out[2]) <= self.rows
 
     def time_merge_compacting(self, n, ratio):

@@ -30,7 +30,7 @@ from .rows import add_counted, flat_view, leaf
 from .sort import _bucket_sort, _column_widths, _lsd_sort, _pack_word, _unpack_word
 
 __all__ = ["sort_consolidate", "merge", "seek", "seek_fenced", "fence", "concat_batches",
-           "empty_batch", "is_consolidated", "FENCE_STEP", "fence_rows", "key_index",
+           "empty_batch", "is_flat", "FENCE_STEP", "fence_rows", "key_index",
            "INDEX_MIN"]
 
 _SMALL = 32          # below this many updates, insertion sort
@@ -84,10 +84,14 @@ def _cmp_prefix(a, i, b, j, w):
 
 
 @leaf
-def is_consolidated(data, times, diffs):
-    """True when the batch is strictly sorted by (data, time) with no zero diff
-    (stopping at the first row out of order: on an unsorted batch a few rows). A leaf:
-    the inlined comparison takes no reference counts per row."""
+def is_flat(data, times, diffs):
+    """True when the updates are a flat batch: strictly sorted by (data, time) with
+    no zero diff (stopping at the first row out of order: on an unsorted batch a few
+    rows). A leaf: the inlined comparison takes no reference counts per row.
+
+    Times must have the runtime's two columns (unchecked here: a leaf cannot raise;
+    :func:`sort_consolidate` checks). For updates of any shape use
+    :func:`ddnumba.kernels.consolidate.is_consolidated`."""
     for i in range(diffs.shape[0]):
         if diffs[i] == 0:
             return False
@@ -246,12 +250,16 @@ def sort_consolidate(data, times, diffs):
     Inputs are not modified. Inputs that are already flat come back as they are,
     with no copy (batches are never written to): an arrangement of a batch that a
     leave or consolidate just sorted costs a pass over it, not a sort and a second
-    copy of the batch. Raises ``OverflowError`` when a group's sum leaves int64.
+    copy of the batch. Raises ``OverflowError`` when a group's sum leaves int64,
+    ``ValueError`` unless times have two columns and the three arrays one row count.
     """
-    if is_consolidated(data, times, diffs):
+    n = diffs.shape[0]
+    if times.shape[1] != 2 or times.shape[0] != n or data.shape[0] != n:
+        raise ValueError("sort_consolidate: a flat batch has times of two columns "
+                         "and as many data and time rows as diffs")
+    if is_flat(data, times, diffs):
         return (np.ascontiguousarray(data), np.ascontiguousarray(times),
                 np.ascontiguousarray(diffs))
-    n = diffs.shape[0]
     w = data.shape[1]
     if n <= _SMALL:
         return _sum_perm(data, times, diffs, _insertion_perm(data, times))

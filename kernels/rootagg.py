@@ -228,7 +228,7 @@ def _by_time(ts, r, e, order):
     if ordered:
         for i in range(m):
             order[i] = r + i
-    elif m <= 32:
+    elif m <= _ISORT_MAX:
         for i in range(m):
             x = r + i
             k = i

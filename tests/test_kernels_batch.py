@@ -55,7 +55,7 @@ def test_sort_consolidate_matches_reference(n, w, wide):
     data, times, diffs = updates(n, w, 7, 9, n * 10 + w, wide=wide and w > 0)
     got = kb.sort_consolidate(data, times, diffs)
     assert_batch(got, ref_consolidate(data, times, diffs))
-    assert kb.is_consolidated(*got)
+    assert kb.is_flat(*got)
 
 
 @settings(max_examples=60, deadline=None)
@@ -100,6 +100,21 @@ def test_sort_consolidate_of_a_sorted_batch(n):
     assert_batch(kb.sort_consolidate(d, t, f), ref_consolidate(d, t, f))
 
 
+def test_flat_batches_are_checked_for_shape():
+    # One time column (a capture's updates) or mismatched row counts: a flat batch's
+    # kernels read two time columns per row, so these must be refused, not read past.
+    d = np.array([[1], [1], [2]], np.int64)
+    t1 = np.array([[0], [0], [1]], np.int64)
+    f = np.ones(3, np.int64)
+    for data, times, diffs in [(d, t1, f), (d, np.zeros((2, 2), np.int64), f),
+                               (d[:2], np.zeros((3, 2), np.int64), f)]:
+        with pytest.raises(ValueError, match="two columns"):
+            kb.sort_consolidate(data, times, diffs)
+    assert "is_consolidated" not in kb.__all__ and kb.is_flat(
+        d, np.zeros((3, 2), np.int64) + np.arange(3)[:, None], f)
+    assert not kb.is_flat(d, np.zeros((3, 2), np.int64), f)
+
+
 def test_sort_consolidate_extreme_values_and_overflow():
     data = np.array([[I64_MIN], [I64_MAX], [0]] * 20, np.int64)
     times = np.zeros((60, 2), np.int64)
@@ -128,7 +143,7 @@ def test_merge_matches_reference(since, sizes):
     cat = [np.concatenate([x, y]) for x, y in zip(a, b)]
     want = ref_consolidate(*cat, since=None if since == I64_MIN else since)
     assert_batch(got, want)
-    assert kb.is_consolidated(*got)
+    assert kb.is_flat(*got)
 
 
 @settings(max_examples=60, deadline=None)
@@ -165,7 +180,7 @@ def test_merge_long_groups_advanced_to_the_frontier(seed):
         got = kb.merge(a, b, since)
         cat = [np.concatenate([x, y]) for x, y in zip(a, b)]
         assert_batch(got, ref_consolidate(*cat, since=None if since == I64_MIN else since))
-        assert kb.is_consolidated(*got)
+        assert kb.is_flat(*got)
         got = kb.merge(a, kb.empty_batch(1), since)     # one batch alone (compaction)
         assert_batch(got, ref_consolidate(*a, since=None if since == I64_MIN else since))
 
@@ -382,11 +397,11 @@ def test_merge_advancing_one_outer_time_keeps_order_or_closes(since):
     cat = [np.concatenate([x, y]) for x, y in zip(a, b)]
     got = kb.merge(a, b, since)
     assert_batch(got, ref_consolidate(*cat, since=since))
-    assert kb.is_consolidated(*got)
+    assert kb.is_flat(*got)
     for x in (a, b):
         alone = kb.merge(x, kb.empty_batch(1), since)
         assert_batch(alone, ref_consolidate(*x, since=since))
-        assert kb.is_consolidated(*alone)
+        assert kb.is_flat(*alone)
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -422,6 +437,6 @@ def test_merge_rows_of_one_update_mixed_with_longer_rows(seed):
         for x, y in ((a, b), (b, a)):
             got = kb.merge(x, y, since)
             assert_batch(got, ref_consolidate(*cat, since=ref_since))
-            assert kb.is_consolidated(*got)
+            assert kb.is_flat(*got)
         alone = kb.merge(a, kb.empty_batch(w), since)
         assert_batch(alone, ref_consolidate(*a, since=ref_since))

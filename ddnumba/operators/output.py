@@ -74,8 +74,11 @@ class CaptureNode(SinkNode):
     # sorted together. Measured on a count's output (forty-third session, HISTORY.md): the
     # compactions of a count ingest, two new parts of ~1M rows each, took 0.75-0.87 s
     # merged and 1.17-1.32 s sorted; 7 or 13 parts of ~150k rows (asv CaptureCompact)
-    # merged 1.1-1.8x slower than they sorted (each level of merges writes fresh
-    # memory).
+    # merged 1.1-1.8x slower than they sorted. A one-pass merge of k parts (a
+    # tournament tree) was no better: 2M rows in 8 parts merged in 1.5-2.2x the sort's
+    # time, 13 parts 2.3-2.5x, 3 parts about as fast as the sort and slower than two
+    # pairwise merges (forty-fourth session, HISTORY.md): every row costs log2(k)
+    # comparisons whose outcome cannot be predicted.
     MERGE_PARTS = 4
     # A self-compacting capture warns (once until the next take_new) when updates
     # wait for new_updates() over PENDING_WARN_RUNS runs and outnumber what the
