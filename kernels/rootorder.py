@@ -29,13 +29,23 @@ merged away (100,000 values, 100 retracted per run: 0.6 ms a run).
 
 ``min``/``max`` read column 0 of the values (the first column in the sort order);
 ``Collection.min``/``max`` of another column move that column first with a selection.
+
+The Python engine's root reduces read their traces the same way
+(:func:`trie_want`): its batches are tries, where a key's value rows are a contiguous,
+sorted range (:func:`val_ranges`) and each holds its own updates, so every key is read
+lazily across the batches (in place, without gathering its group). The batches reach
+the kernel as a typed list built in compiled code (:func:`batch_list`,
+:func:`push_batch`).
 """
 import numpy as np
 from numba import njit
+from numba.typed import List
 
+from .cursor import _find_keys
 from .rows import add_checked, leaf
 
-__all__ = ["ordered_want", "O_MIN", "O_MAX", "O_TOP_K"]
+__all__ = ["ordered_want", "trie_want", "val_ranges", "batch_list", "push_batch", "O_MIN",
+           "O_MAX", "O_TOP_K"]
 
 # A key with at most SMALL input rows in the trace is gathered and sorted, as by any
 # reduce (runtime._reduce_gather); a larger one is merged lazily from its batches.
@@ -83,6 +93,74 @@ def _grow2(a, n):
     b = np.empty((max(2 * a.shape[0], n), a.shape[1]), np.int64)
     b[:a.shape[0]] = a
     return b
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _resolve(et, ef, ne, un, nun, left, due_t, d0, mode, cur, ow, r_due, r_vals, r_c, nr,
+             cnt_per_due):
+    """One value row ``cur`` with its entries ``(et, ef)[:ne]`` (sorted by time): its
+    count at each unresolved due time ``un[:nun]`` (ascending; ``due_t[d0 + j, 0]``),
+    and a result row ``(d0 + j, cur[:ow], count)`` for each due time it is positive at
+    (count 1 for ``min``/``max``, at most what is ``left[j]`` for ``top_k``). Due times
+    with nothing left are dropped from ``un``. Returns ``(nun, nr, r_due, r_vals,
+    r_c)`` (the result arrays grown as needed)."""
+    acc = np.int64(0)
+    e = np.int64(0)
+    w = np.int64(0)
+    for q in range(nun):
+        j = un[q]
+        tau = due_t[d0 + j, 0]
+        while e < ne and et[e] <= tau:
+            acc, ov = add_checked(acc, ef[e])
+            if ov:
+                raise OverflowError("reduce: a sum of input diffs overflows int64")
+            e += 1
+        if acc <= 0 and e == ne:
+            # no later due time sees this row positive (a row retracted in an
+            # earlier run, say, still in the trace): the rest stay unresolved
+            if w != q:
+                for q2 in range(q, nun):
+                    un[w + q2 - q] = un[q2]
+            w += nun - q
+            break
+        if acc > 0:
+            c = acc if mode == O_TOP_K else np.int64(1)
+            if c > left[j]:
+                c = left[j]
+            left[j] -= c
+            if nr == r_c.shape[0]:
+                r_due = _grow(r_due, nr + 1)
+                r_c = _grow(r_c, nr + 1)
+                r_vals = _grow2(r_vals, nr + 1)
+            r_due[nr] = d0 + j
+            for x in range(ow):
+                r_vals[nr, x] = cur[0, x]
+            r_c[nr] = c
+            nr += 1
+            cnt_per_due[d0 + j] += 1
+        if left[j] > 0:
+            un[w] = j
+            w += 1
+    return w, nr, r_due, r_vals, r_c
+
+
+@njit(cache=True, nogil=True)
+def _by_due(want_offs, cnt_per_due, r_due, r_vals, r_c, nr, ow):
+    """The result rows grouped by due index (stable: a due's rows stay in walk order,
+    i.e. value order): fills ``want_offs`` and returns ``(vals, counts)``."""
+    M = cnt_per_due.shape[0]
+    for d in range(M):
+        want_offs[d + 1] = want_offs[d] + cnt_per_due[d]
+    fill = want_offs[:M].copy()
+    vals = np.empty((nr, ow), np.int64)
+    counts = np.empty(nr, np.int64)
+    for r in range(nr):
+        q = fill[r_due[r]]
+        fill[r_due[r]] = q + 1
+        for x in range(ow):
+            vals[q, x] = r_vals[r, x]
+        counts[q] = r_c[r]
+    return vals, counts
 
 
 @njit(cache=True, nogil=True)
@@ -209,55 +287,133 @@ def ordered_want(spine, lo, hi, big, off, vw, due_offs, due_t, h_offs, h_vals, h
                     for x in range(vw):
                         head[s, x] = bd[pos[s], o + x]
             _sort_by_time(et, ef, ne)
-            # its count at each unresolved due time (ascending), the answers
-            acc = np.int64(0)
-            e = np.int64(0)
-            w = np.int64(0)
-            for q in range(nun):
-                j = un[q]
-                tau = due_t[d0 + j, 0]
-                while e < ne and et[e] <= tau:
-                    acc, ov = add_checked(acc, ef[e])
-                    if ov:
-                        raise OverflowError("reduce: a sum of input diffs overflows int64")
-                    e += 1
-                if acc <= 0 and e == ne:
-                    # no later due time sees this row positive (a row retracted in an
-                    # earlier run, say, still in the trace): the rest stay unresolved
-                    if w != q:
-                        for q2 in range(q, nun):
-                            un[w + q2 - q] = un[q2]
-                    w += nun - q
-                    break
-                if acc > 0:
-                    c = acc if mode == O_TOP_K else np.int64(1)
-                    if c > left[j]:
-                        c = left[j]
-                    left[j] -= c
-                    if nr == r_c.shape[0]:
-                        r_due = _grow(r_due, nr + 1)
-                        r_c = _grow(r_c, nr + 1)
-                        r_vals = _grow2(r_vals, nr + 1)
-                    r_due[nr] = d0 + j
-                    for x in range(ow):
-                        r_vals[nr, x] = cur[0, x]
-                    r_c[nr] = c
-                    nr += 1
-                    cnt_per_due[d0 + j] += 1
-                if left[j] > 0:
-                    un[w] = j
-                    w += 1
-            nun = w
-    # By due index (stable: a due's rows stay in walk order, i.e. value order).
-    for d in range(M):
-        want_offs[d + 1] = want_offs[d] + cnt_per_due[d]
-    fill = want_offs[:M].copy()
-    vals = np.empty((nr, ow), np.int64)
-    counts = np.empty(nr, np.int64)
-    for r in range(nr):
-        q = fill[r_due[r]]
-        fill[r_due[r]] = q + 1
-        for x in range(ow):
-            vals[q, x] = r_vals[r, x]
-        counts[q] = r_c[r]
+            nun, nr, r_due, r_vals, r_c = _resolve(et, ef, ne, un, nun, left, due_t, d0,
+                                                   mode, cur, ow, r_due, r_vals, r_c, nr,
+                                                   cnt_per_due)
+    vals, counts = _by_due(want_offs, cnt_per_due, r_due, r_vals, r_c, nr, ow)
     return want_offs, vals, counts, nr
+
+
+@njit(cache=True, nogil=True)
+def trie_want(bats, lo, hi, due_offs, due_t, vw, mode, k):
+    """:func:`ordered_want` for the Python engine's traces, whose batches are tries:
+    ``bats[b] = (vals, val_offs, times, diffs)`` of batch ``b`` (a value row once per
+    key, its updates at ``val_offs[i]:val_offs[i + 1]``, times one column), key ``kk``'s
+    value rows in it ``lo[b, kk]:hi[b, kk]`` (sorted). Every update in them is at a time
+    no later than the key's due times ``due_t[due_offs[kk]:due_offs[kk + 1]]``
+    (ascending), and the batches hold the new updates too. Each key's value rows are
+    merged lazily across the batches, smallest first (largest first for ``max``), until
+    every due time has its answer. Returns ``(want_offs, vals, counts, n)`` as
+    :func:`ordered_want`."""
+    nk = due_offs.shape[0] - 1
+    nb = len(bats)
+    M = due_offs[nk]
+    ow = 1 if mode != O_TOP_K else vw
+    desc = mode == O_MAX
+    step = np.int64(-1) if desc else np.int64(1)
+    want_offs = np.zeros(M + 1, np.int64)
+    cnt_per_due = np.zeros(M, np.int64)
+    r_due = np.empty(16, np.int64)
+    r_vals = np.empty((16, ow), np.int64)
+    r_c = np.empty(16, np.int64)
+    nr = np.int64(0)
+    pos = np.empty(max(nb, 1), np.int64)
+    end = np.empty(max(nb, 1), np.int64)
+    cur = np.empty((1, vw), np.int64)
+    et = np.empty(16, np.int64)
+    ef = np.empty(16, np.int64)
+    un = np.empty(16, np.int64)
+    left = np.empty(16, np.int64)
+    for kk in range(nk):
+        d0 = due_offs[kk]
+        D = due_offs[kk + 1] - d0
+        if D == 0:
+            continue
+        if un.shape[0] < D:
+            un = np.empty(2 * D, np.int64)
+            left = np.empty(2 * D, np.int64)
+        for j in range(D):
+            un[j] = j
+            left[j] = k if mode == O_TOP_K else 1
+        nun = D
+        for b in range(nb):
+            if desc:
+                pos[b] = hi[b, kk] - 1
+                end[b] = lo[b, kk] - 1
+            else:
+                pos[b] = lo[b, kk]
+                end[b] = hi[b, kk]
+        while nun > 0:
+            # the next value row: the least (greatest) head of the batches
+            found = False
+            for b in range(nb):
+                if pos[b] == end[b]:
+                    continue
+                bv = bats[b][0]
+                better = True
+                if found:
+                    c = _cmp_rows(bv, pos[b], 0, cur, 0, 0, vw)
+                    better = c > 0 if desc else c < 0
+                if better:
+                    for x in range(vw):
+                        cur[0, x] = bv[pos[b], x]
+                    found = True
+            if not found:
+                break
+            # its updates in every batch whose head it is
+            ne = np.int64(0)
+            for b in range(nb):
+                if pos[b] == end[b]:
+                    continue
+                bat = bats[b]
+                if _cmp_rows(bat[0], pos[b], 0, cur, 0, 0, vw) != 0:
+                    continue
+                vo = bat[1]
+                bt = bat[2]
+                bf = bat[3]
+                i = pos[b]
+                for u in range(vo[i], vo[i + 1]):
+                    if ne == et.shape[0]:
+                        et = _grow(et, ne + 1)
+                        ef = _grow(ef, ne + 1)
+                    et[ne] = bt[u, 0]
+                    ef[ne] = bf[u]
+                    ne += 1
+                pos[b] = i + step
+            _sort_by_time(et, ef, ne)
+            nun, nr, r_due, r_vals, r_c = _resolve(et, ef, ne, un, nun, left, due_t, d0,
+                                                   mode, cur, ow, r_due, r_vals, r_c, nr,
+                                                   cnt_per_due)
+    vals, counts = _by_due(want_offs, cnt_per_due, r_due, r_vals, r_c, nr, ow)
+    return want_offs, vals, counts, nr
+
+
+@njit(cache=True, nogil=True)
+def val_ranges(keys, key_offs, queries, lo, hi):
+    """The value rows ``lo[q]:hi[q]`` of each sorted query key ``queries[q]`` in a
+    trie's ``(keys, key_offs)`` (empty where the key is absent)."""
+    kidx = _find_keys(keys, queries)
+    for q in range(kidx.shape[0]):
+        i = kidx[q]
+        if i >= 0:
+            lo[q] = key_offs[i]
+            hi[q] = key_offs[i + 1]
+        else:
+            lo[q] = 0
+            hi[q] = 0
+
+
+@njit(cache=True, nogil=True)
+def batch_list(vals, val_offs, times, diffs):
+    """A typed list holding one trie batch ``(vals, val_offs, times, diffs)`` (C-contiguous
+    int64), for :func:`trie_want`. Built in compiled code: a typed list built from
+    Python costs ~70 us an item, this ~5 us (:func:`push_batch` adds the others)."""
+    out = List()
+    out.append((vals, val_offs, times, diffs))
+    return out
+
+
+@njit(cache=True, nogil=True)
+def push_batch(lst, vals, val_offs, times, diffs):
+    """Append one more trie batch to a :func:`batch_list`."""
+    lst.append((vals, val_offs, times, diffs))

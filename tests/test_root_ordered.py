@@ -1,6 +1,7 @@
-"""The native engine's ``min``/``max`` and ``top_k`` outside loops read their input
-trace in value order and stop at the first positive rows (kernels.rootorder) instead of
-accumulating a key's whole group at every due time. Checked against the brute-force
+"""``min``/``max`` and ``top_k`` outside loops read their input trace in value order and
+stop at the first positive rows instead of accumulating a key's whole group at every due
+time: the native engine over its flat batches (``kernels.rootorder.ordered_want``), the
+Python engine over its tries (``trie_want``). Both are checked against the brute-force
 oracle at every time: streams of many runs (so the trace holds several batches, merged
 and compacted), retractions of the current extremes, negative counts, ties on the first
 column, updates ahead of the frontier, large groups, and several due times per key in
@@ -12,6 +13,8 @@ import pytest
 import ddnumba as dd
 
 import oracle as O
+
+ENGINES = ["native", "python"]
 
 
 def _at(cap, t, width):
@@ -52,12 +55,13 @@ def _check_run(caps, rows, done, frontier):
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
-def test_random_streams_match_the_oracle_at_every_time(seed):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_random_streams_match_the_oracle_at_every_time(seed, engine):
     """30 runs of updates over 4 keys at up to 5 distinct times each (some ahead of
     the run's frontier), negative diffs and counts, small value domains (ties on
     ``v`` with different ``w``)."""
     rng = np.random.default_rng(seed)
-    df = dd.Dataflow(engine="native")
+    df = dd.Dataflow(engine=engine)
     h, caps = _program(df)
     rows = []
     t = 0
@@ -77,12 +81,13 @@ def test_random_streams_match_the_oracle_at_every_time(seed):
         t += 5
 
 
-def test_retracting_the_extremes_of_a_large_group():
+@pytest.mark.parametrize("engine", ENGINES)
+def test_retracting_the_extremes_of_a_large_group(engine):
     """One key holding 3,000 values; each run retracts the current smallest and
     largest few (so the walk passes over retracted rows still in the trace) and adds
     new ones, every change at its own time."""
     rng = np.random.default_rng(7)
-    df = dd.Dataflow(engine="native")
+    df = dd.Dataflow(engine=engine)
     h, c = df.new_input(["k", "v"])
     caps = {"min": (c.min().capture(), 2, lambda a: O.ref_min(a, 0)),
             "max": (c.max().capture(), 2, lambda a: O.ref_max(a, 0)),
@@ -122,10 +127,11 @@ def test_retracting_the_extremes_of_a_large_group():
         t = times[-1] + 1
 
 
-def test_many_due_times_of_one_key_in_one_run():
+@pytest.mark.parametrize("engine", ENGINES)
+def test_many_due_times_of_one_key_in_one_run(engine):
     """100 changes of one key in one run, each at its own time, inserting and
     retracting values below the minimum: the answer changes at most of them."""
-    df = dd.Dataflow(engine="native")
+    df = dd.Dataflow(engine=engine)
     h, c = df.new_input(["k", "v"])
     cap_min = c.min().capture()
     cap_top = c.top_k(2).capture()
@@ -144,8 +150,9 @@ def test_many_due_times_of_one_key_in_one_run():
         assert _at(cap_top, s, 2) == O.clean(O.ref_top_k(acc, 2)), s
 
 
-def test_a_count_it_reads_that_overflows_is_refused():
-    df = dd.Dataflow(engine="native")
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_count_it_reads_that_overflows_is_refused(engine):
+    df = dd.Dataflow(engine=engine)
     h, c = df.new_input(["k", "v"])
     c.min().capture()
     h.update([0], [1], time=0, diff=2**62)
@@ -153,12 +160,15 @@ def test_a_count_it_reads_that_overflows_is_refused():
     df.run()
     h.update([0], [1], time=1, diff=2**62)
     h.advance_to(2)
-    with pytest.raises(OverflowError, match="overflows int64"):
+    # (the Python engine's trace refuses it first, when it merges the two batches)
+    with pytest.raises(OverflowError, match="overflows int64" if engine == "native"
+                       else "overflow"):
         df.run()
 
 
-def test_a_min_of_another_column_keeps_its_names_and_reads_that_column():
-    df = dd.Dataflow(engine="native")
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_min_of_another_column_keeps_its_names_and_reads_that_column(engine):
+    df = dd.Dataflow(engine=engine)
     h, c = df.new_input(["k", "v", "w"])
     lo, hi = c.min("w"), c.max(1, name="top")
     assert lo.names == ["k", "min_w"] and hi.names == ["k", "top"]
@@ -168,3 +178,35 @@ def test_a_min_of_another_column_keeps_its_names_and_reads_that_column():
     df.run()
     assert cl.at(0).to_pylist() == [{"k": 0, "min_w": 10, "count": 1}]
     assert ch.at(0).to_pylist() == [{"k": 0, "top": 30, "count": 1}]
+
+
+def test_the_python_engine_reads_a_large_group_in_order(monkeypatch):
+    """The Python engine's root min/max/top_k take the ordered path: a change to a key
+    of 20,000 values never accumulates the key's history (the general path's
+    ``accumulate``, whose cost grows with the group). (What it costs instead is
+    measured, not tested: asv ``RootExtremes``.)"""
+    from ddnumba.operators import reduce as R
+    df = dd.Dataflow(engine="python")
+    h, c = df.new_input(["k", "v"])
+    outs = [c.min(), c.max(), c.top_k(3)]
+    caps = [o.capture() for o in outs]
+    assert all(o._node.ordered is not None for o in outs)
+    rng = np.random.default_rng(5)
+    vals = rng.permutation(100_000)[:20_000]
+    h.insert(np.zeros(20_000, np.int64), vals, time=0)
+    h.advance_to(1)
+    df.run()
+
+    def refuse(*a, **k):
+        raise AssertionError("the general reduce path ran")
+    monkeypatch.setattr(R._reduce, "accumulate", refuse)
+    live = sorted(vals.tolist())
+    for t in range(1, 6):
+        # retract the smallest and the largest, add a new smallest
+        h.update([0, 0, 0], [live[0], live[-1], -t], time=t, diff=[-1, -1, 1])
+        live = sorted(live[1:-1] + [-t])
+        h.advance_to(t + 1)
+        df.run()
+        assert caps[0].at(t).to_pylist() == [{"k": 0, "min_v": -t, "count": 1}]
+        assert caps[1].at(t).to_pylist() == [{"k": 0, "max_v": live[-1], "count": 1}]
+        assert [r["v"] for r in caps[2].at(t).to_pylist()] == live[:3]

@@ -24,7 +24,10 @@ reads no history: every update it has seen is earlier than the new batch's, so t
 current count of each ``(key, vals)`` (and for a count or sum each key's total), in
 hash tables, are all it needs (:mod:`ddnumba.kernels.rootagg`, as the native engine's
 root counts and distincts). A one-row change then costs the same whatever the size of
-its key's group.
+its key's group. A ``min``, ``max`` or ``top_k`` with one time coordinate reads a
+changed key's values in order from the trace's batches and stops at the first positive
+ones (:func:`ddnumba.kernels.rootorder.trie_want`), instead of gathering and
+accumulating the key's whole history.
 """
 from __future__ import annotations
 
@@ -37,12 +40,14 @@ from ddnumba.kernels import consolidate as _consolidate
 from ddnumba.kernels import lattice as _lattice
 from ddnumba.kernels import reduce as _reduce
 from ddnumba.kernels import rootagg as _rootagg
+from ddnumba.kernels import rootorder as _rootorder
 from ddnumba.operators.arrange import (batches_to_flat, group_by_key, offsets_for,
                                        take_batches, unique_rows)
 from ddnumba.trace import Batch, Spine
 from ddnumba.updates import Updates
 
 _I64 = np.int64
+_ORDERED = {"min": _rootorder.O_MIN, "max": _rootorder.O_MAX, "top_k": _rootorder.O_TOP_K}
 
 
 class ReduceNode(Node):
@@ -82,6 +87,12 @@ class ReduceNode(Node):
         if d == 1 and (fast is not None or self.hashed_distinct):
             self.hashed = (np.zeros((0, 1), _I64), np.zeros((0, 1), _I64),
                            np.zeros(4, _I64))
+        # min / max (of value column 0) / top_k with one time coordinate: (mode, k) of
+        # kernels.rootorder.trie_want, which reads a changed key's values in order
+        self.ordered = None
+        if d == 1 and spec is not None and spec[0] in _ORDERED and (
+                spec[0] == "top_k" or spec[1] == 0):
+            self.ordered = (_ORDERED[spec[0]], spec[1] if spec[0] == "top_k" else 0)
 
     def hashed_records(self):
         """Entries of the hashed state (values present plus keys with an output);
@@ -101,8 +112,11 @@ class ReduceNode(Node):
         kw, d = self.kw, self.dims
         frontier = self.frontier
         new = batches_to_flat(take_batches(self, 0), kw, self.arranged.vw, d)
-        if self.hashed is not None:
-            self._step_hashed(new)
+        if self.hashed is not None or self.ordered is not None:
+            if self.hashed is not None:
+                self._step_hashed(new)
+            else:
+                self._step_ordered(new)
             self.in_handle.set_frontier(frontier)
             self.out_handle.set_frontier(frontier)
             return
@@ -143,6 +157,48 @@ class ReduceNode(Node):
         if len(diffs):
             self.emit(Updates(data, np.ascontiguousarray(times[:, :1]), diffs))
 
+    def _step_ordered(self, new):
+        """A ``min``, ``max`` or ``top_k`` with one time coordinate: every update in the
+        input trace is at a time no later than the new batch's (the arrangement passes
+        on closed times only), so each changed key's due times are the new batch's
+        times for it, and its answers come from its values read in order across the
+        trace's batches, stopping at the first positive ones
+        (:func:`ddnumba.kernels.rootorder.trie_want`): a change costs about the same
+        whatever the size of its key's group, not a gather of its whole history."""
+        nd, nt, nf = new
+        if not len(nf):
+            return
+        kw = self.kw
+        # each key's due times: its distinct new times, ascending
+        seeds, _ = _consolidate.consolidate_data(
+            np.ascontiguousarray(np.concatenate([nd[:, :kw], nt], axis=1)),
+            np.ones(len(nf), _I64))
+        keys, due_offs = group_by_key(seeds, kw)
+        due_times = np.ascontiguousarray(seeds[:, kw:])
+        tries = [b.trie for b in self.arranged.spine.batches() if len(b)]
+        lo = np.empty((len(tries), len(keys)), _I64)
+        hi = np.empty((len(tries), len(keys)), _I64)
+        for b, t in enumerate(tries):
+            _rootorder.val_ranges(t.keys, t.key_offs, keys, lo[b], hi[b])
+        mode, k = self.ordered
+        if tries:
+            bats = None
+            for t in tries:
+                arrs = [np.ascontiguousarray(a, dtype=_I64)
+                        for a in (t.vals, t.val_offs, t.times, t.diffs)]
+                if bats is None:
+                    bats = _rootorder.batch_list(*arrs)
+                else:
+                    _rootorder.push_batch(bats, *arrs)
+            want_offs, want_vals, want_counts, _ = _rootorder.trie_want(
+                bats, lo, hi, due_offs, due_times, self.arranged.vw, mode, k)
+        else:
+            want_offs = np.zeros(len(due_times) + 1, _I64)
+            want_vals = np.empty((0, self.ow), _I64)
+            want_counts = np.empty(0, _I64)
+        old = self.out.gather(keys)
+        self._correct(keys, due_offs, due_times, want_offs, want_vals, want_counts, old)
+
     def _process(self, sk, st, frontier, grouped=False):
         kw, d = self.kw, self.dims
         if grouped:
@@ -174,6 +230,12 @@ class ReduceNode(Node):
         mom_offs, acc_vals, acc_counts = _reduce.accumulate(
             due_offs, due_times, hist.offs, hist.vals, hist.times, hist.diffs, check=False)
         want_offs, want_vals, want_counts = self.logic(mom_offs, acc_vals, acc_counts)
+        self._correct(keys, due_offs, due_times, want_offs, want_vals, want_counts, old)
+
+    def _correct(self, keys, due_offs, due_times, want_offs, want_vals, want_counts, old):
+        """Emit and record the corrections that take the output ``old`` (gathered for
+        ``keys``) to the desired output at every due time."""
+        kw = self.kw
         ck, cv, ct, cd = _reduce.corrections(
             due_offs, due_times, want_offs, want_vals, want_counts,
             old.offs, old.vals, old.times, old.diffs, check=False)
