@@ -96,14 +96,28 @@ def _grow2(a, n):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _start_key(un, left, D, mode, k):
+    """A key's ``D`` due times, all unresolved (``un``), each with ``k`` rows left to
+    find for ``top_k`` and one for ``min``/``max``; the arrays grown as needed."""
+    if un.shape[0] < D:
+        un = np.empty(2 * D, np.int64)
+        left = np.empty(2 * D, np.int64)
+    for j in range(D):
+        un[j] = j
+        left[j] = k if mode == O_TOP_K else 1
+    return un, left
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _resolve(et, ef, ne, un, nun, left, due_t, d0, mode, cur, ow, r_due, r_vals, r_c, nr,
              cnt_per_due):
-    """One value row ``cur`` with its entries ``(et, ef)[:ne]`` (sorted by time): its
-    count at each unresolved due time ``un[:nun]`` (ascending; ``due_t[d0 + j, 0]``),
+    """One value row ``cur`` with its entries ``(et, ef)[:ne]`` (sorted by time here):
+    its count at each unresolved due time ``un[:nun]`` (ascending; ``due_t[d0 + j, 0]``),
     and a result row ``(d0 + j, cur[:ow], count)`` for each due time it is positive at
     (count 1 for ``min``/``max``, at most what is ``left[j]`` for ``top_k``). Due times
     with nothing left are dropped from ``un``. Returns ``(nun, nr, r_due, r_vals,
     r_c)`` (the result arrays grown as needed)."""
+    _sort_by_time(et, ef, ne)
     acc = np.int64(0)
     e = np.int64(0)
     w = np.int64(0)
@@ -207,12 +221,7 @@ def ordered_want(spine, lo, hi, big, off, vw, due_offs, due_t, h_offs, h_vals, h
         D = due_offs[kk + 1] - d0
         if D == 0:
             continue
-        if un.shape[0] < D:
-            un = np.empty(2 * D, np.int64)
-            left = np.empty(2 * D, np.int64)
-        for j in range(D):
-            un[j] = j
-            left[j] = k if mode == O_TOP_K else 1
+        un, left = _start_key(un, left, D, mode, k)
         nun = D
         # Source heads: pos moves up (down for max) to end; a small key's rows were
         # all gathered (h_*: its only source, s0 = nsp), a big one's trace rows are
@@ -286,7 +295,6 @@ def ordered_want(spine, lo, hi, big, off, vw, due_offs, due_t, h_offs, h_vals, h
                 if pos[s] != end[s]:
                     for x in range(vw):
                         head[s, x] = bd[pos[s], o + x]
-            _sort_by_time(et, ef, ne)
             nun, nr, r_due, r_vals, r_c = _resolve(et, ef, ne, un, nun, left, due_t, d0,
                                                    mode, cur, ow, r_due, r_vals, r_c, nr,
                                                    cnt_per_due)
@@ -329,12 +337,7 @@ def trie_want(bats, lo, hi, due_offs, due_t, vw, mode, k):
         D = due_offs[kk + 1] - d0
         if D == 0:
             continue
-        if un.shape[0] < D:
-            un = np.empty(2 * D, np.int64)
-            left = np.empty(2 * D, np.int64)
-        for j in range(D):
-            un[j] = j
-            left[j] = k if mode == O_TOP_K else 1
+        un, left = _start_key(un, left, D, mode, k)
         nun = D
         for b in range(nb):
             if desc:
@@ -380,7 +383,6 @@ def trie_want(bats, lo, hi, due_offs, due_t, vw, mode, k):
                     ef[ne] = bf[u]
                     ne += 1
                 pos[b] = i + step
-            _sort_by_time(et, ef, ne)
             nun, nr, r_due, r_vals, r_c = _resolve(et, ef, ne, un, nun, left, due_t, d0,
                                                    mode, cur, ow, r_due, r_vals, r_c, nr,
                                                    cnt_per_due)
