@@ -21,11 +21,21 @@ time is the sum of its entries at times ``<=`` it, so rows whose count is not po
 are passed over, as the general reduce does.
 
 The work per big key is the rows walked plus a bisection per batch, whatever the size
-of the group. The rows walked are usually the first few; rows retracted since the
-trace last merged the batches holding their insertion and their retraction are walked
-too (about 0.2 us each: one value row, one comparison per batch), so taking the
-smallest values out run after run costs in proportion to the retractions not yet
-merged away (100,000 values, 100 retracted per run: 0.6 ms a run).
+of the group. The rows walked are usually the first few, because the walk starts where
+the key's output is. Rows taken out stay in the trace until a merge brings them together
+with the rows that put them in, which for a row put in long ago (in a large batch) can
+take as long as the stream has run; walked, they made taking out the smallest value run
+after run cost more every run (a key of 1e6 values, one taken out a run: 0.2 ms a run at
+first, 2.1 ms after 5,000 runs). But the key's output history, gathered anyway, holds
+its output now, and every update in the trace is at a time before the due times: so
+every input row before the output's first row (its first value column, in the walk's
+order; every row when the output is empty) has a count that is not positive at every
+due time, unless a new update reaches it. That is the key's *skip*: the walk starts
+past those rows in each batch (galloping from the batch's first row, so a batch with
+nothing to skip costs the one row the walk reads anyway), and a new update's value row
+among the skipped rows (a value put back, say) is read with its entries in every
+batch, found by bisection. A skipped row's count can be negative, so its old entries
+are needed.
 
 ``min``/``max`` read column 0 of the values (the first column in the sort order);
 ``Collection.min``/``max`` of another column move that column first with a selection.
@@ -33,9 +43,11 @@ merged away (100,000 values, 100 retracted per run: 0.6 ms a run).
 The Python engine's root reduces read their traces the same way
 (:func:`trie_want`): its batches are tries, where a key's value rows are a contiguous,
 sorted range (:func:`val_ranges`) and each holds its own updates, so every key is read
-lazily across the batches (in place, without gathering its group). The batches reach
-the kernel as a typed list built in compiled code (:func:`batch_list`,
-:func:`push_batch`).
+lazily across the batches (in place, without gathering its group), past its skip as
+well: its output trace is gathered before the walk, and since its batches already hold
+the new updates, each key's new value rows come as one more source, read only among the
+skipped rows. The batches reach the kernel as a typed list built in compiled code
+(:func:`batch_list`, :func:`push_batch`).
 """
 import numpy as np
 from numba import njit
@@ -93,6 +105,125 @@ def _grow2(a, n):
     b = np.empty((max(2 * a.shape[0], n), a.shape[1]), np.int64)
     b[:a.shape[0]] = a
     return b
+
+
+# A key's *skip* (see the module's text): its input rows whose first value column is
+# below ``b`` (above it for ``max``) are not positive at the key's due times unless new
+# updates reach them. state: SK_ALL (no row of the trace is positive: the output is
+# empty), SK_BELOW (rows on the far side of ``b``), SK_NONE (nothing is skipped).
+SK_ALL = 0
+SK_BELOW = 1
+SK_NONE = 2
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _out_skip(o_offs, o_vals, o_f, kk, mode):
+    """Key ``kk``'s skip from its output history ``o_*[o_offs[kk]:o_offs[kk + 1]]``
+    (rows sorted by value): ``(state, b)``, ``b`` the first column of the least (greatest
+    for ``max``) output row with a positive count over the whole history, which is the
+    output now. Every input row before it in the walk's order has a count that is not
+    positive over the trace, or the output would hold it."""
+    if o_vals.shape[1] == 0:
+        return SK_NONE, np.int64(0)
+    state = SK_ALL
+    b = np.int64(0)
+    i = o_offs[kk]
+    z = o_offs[kk + 1]
+    while i < z:
+        s = np.int64(0)
+        j = i
+        while j < z and _cmp_rows(o_vals, j, 0, o_vals, i, 0, o_vals.shape[1]) == 0:
+            s, ov = add_checked(s, o_f[j])
+            if ov:
+                return SK_NONE, np.int64(0)
+            j += 1
+        if s > 0:
+            state = SK_BELOW
+            b = o_vals[i, 0]
+            if mode != O_MAX:
+                break
+        i = j
+    return state, b
+
+
+@leaf
+def _skip_edge(bd, col, a, z, b, state, desc):
+    """The edge of the skipped rows among the sorted rows ``a:z`` of ``bd`` (column
+    ``col``: the first value column): the skipped ones are ``a:edge`` (``edge:z`` for
+    ``max``). Searched from the walk's first row outwards (galloping, then bisecting),
+    so a batch with nothing to skip costs one row, its first, which the walk reads
+    anyway, and one with ``s`` rows to skip ~2 log2(s)."""
+    if state == SK_NONE:
+        return z if desc else a
+    if state == SK_ALL:
+        return a if desc else z
+    if desc:
+        # skipped: the rows with col > b, at the top
+        if a == z or bd[z - 1, col] <= b:
+            return z
+        hi = z - 1                   # a skipped row
+        g = np.int64(1)
+        while hi - g >= a and bd[hi - g, col] > b:
+            hi -= g
+            g *= 2
+        lo = max(a, hi - g)          # rows lo:hi hold the edge; hi is skipped
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if bd[mid, col] > b:
+                hi = mid
+            else:
+                lo = mid + 1
+        return hi
+    # skipped: the rows with col < b, at the bottom
+    if a == z or bd[a, col] >= b:
+        return a
+    lo = a + 1                       # a is skipped
+    g = np.int64(1)
+    while lo + g - 1 < z and bd[lo + g - 1, col] < b:
+        lo += g
+        g *= 2
+    hi = min(z, lo + g - 1)
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if bd[mid, col] < b:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@leaf
+def _in_skip(cur, state, b, desc):
+    """Whether value row ``cur`` lies among the skipped rows."""
+    if state == SK_NONE:
+        return False
+    if state == SK_ALL:
+        return True
+    return cur[0, 0] > b if desc else cur[0, 0] < b
+
+
+@leaf
+def _find_row(bd, col, a, z, cur, vw):
+    """The first of the sorted rows ``a:z`` of ``bd`` (values from column ``col``) that
+    is not less than ``cur``."""
+    while a < z:
+        mid = (a + z) >> 1
+        if _cmp_rows(bd, mid, col, cur, 0, 0, vw) < 0:
+            a = mid + 1
+        else:
+            z = mid
+    return a
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _push(et, ef, ne, t, f):
+    """Append the entry ``(t, f)`` at ``ne``, the arrays grown as needed."""
+    if ne == et.shape[0]:
+        et = _grow(et, ne + 1)
+        ef = _grow(ef, ne + 1)
+    et[ne] = t
+    ef[ne] = f
+    return et, ef, ne + 1
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -179,7 +310,7 @@ def _by_due(want_offs, cnt_per_due, r_due, r_vals, r_c, nr, ow):
 
 @njit(cache=True, nogil=True)
 def ordered_want(spine, lo, hi, big, off, vw, due_offs, due_t, h_offs, h_vals, h_t, h_f,
-                 mode, k):
+                 o_offs, o_vals, o_f, mode, k):
     """The desired output of ``min``/``max`` (of value column 0) or ``top_k(k)`` at
     every due time of every key, in the layout of ``kernels.reduce._logic_*``:
     ``(want_offs, vals, counts, n)``, ``want_offs`` indexed by the global due index.
@@ -189,8 +320,11 @@ def ordered_want(spine, lo, hi, big, off, vw, due_offs, due_t, h_offs, h_vals, h
     sorted by their values, which start at column ``off``; ``due_offs`` / ``due_t`` (a
     column) each key's due times, ascending; ``h_*`` each key's input history as
     ``_reduce_gather`` gathered it, sorted by ``(vals, t)`` (``h_t`` a column): a big
-    key's new updates, a small key's whole history. ``mode``: O_MIN, O_MAX or O_TOP_K
-    (the ``k`` smallest rows, with multiplicity).
+    key's new updates, a small key's whole history; ``o_*`` each key's output history,
+    the same way (a big key's trace rows on the near side of its output are skipped,
+    see the module's text). ``mode``: O_MIN, O_MAX or O_TOP_K (the ``k`` smallest rows,
+    with multiplicity). Returns ``(want_offs, vals, counts, n, walked)``: ``walked``
+    counts the value rows read, for tests.
     """
     nk = due_offs.shape[0] - 1
     nsp = len(spine)
@@ -206,6 +340,8 @@ def ordered_want(spine, lo, hi, big, off, vw, due_offs, due_t, h_offs, h_vals, h
     nr = np.int64(0)
     pos = np.empty(nsp + 1, np.int64)
     end = np.empty(nsp + 1, np.int64)
+    edge = np.empty(nsp + 1, np.int64)
+    walked = np.int64(0)
     cur = np.empty((1, vw), np.int64)
     head = np.empty((nsp + 1, vw), np.int64)
     et = np.empty(16, np.int64)
@@ -227,12 +363,17 @@ def ordered_want(spine, lo, hi, big, off, vw, due_offs, due_t, h_offs, h_vals, h
         # all gathered (h_*: its only source, s0 = nsp), a big one's trace rows are
         # read in place.
         s0 = np.int64(0) if big[kk] else nsp
+        state = SK_NONE
+        bnd = np.int64(0)
+        if big[kk]:
+            state, bnd = _out_skip(o_offs, o_vals, o_f, kk, mode)
         for s in range(s0, nsp):
+            edge[s] = _skip_edge(spine[s][0], off, lo[s, kk], hi[s, kk], bnd, state, desc)
             if desc:
-                pos[s] = hi[s, kk] - 1
+                pos[s] = edge[s] - 1
                 end[s] = lo[s, kk] - 1
             else:
-                pos[s] = lo[s, kk]
+                pos[s] = edge[s]
                 end[s] = hi[s, kk]
         a0 = h_offs[kk]
         a1 = h_offs[kk + 1]
@@ -285,25 +426,32 @@ def ordered_want(spine, lo, hi, big, off, vw, due_offs, due_t, h_offs, h_vals, h
                     bf = hf
                     o = 0
                 while pos[s] != end[s] and _cmp_rows(bd, pos[s], o, cur, 0, 0, vw) == 0:
-                    if ne == et.shape[0]:
-                        et = _grow(et, ne + 1)
-                        ef = _grow(ef, ne + 1)
-                    et[ne] = bt[pos[s], 0]
-                    ef[ne] = bf[pos[s]]
-                    ne += 1
+                    et, ef, ne = _push(et, ef, ne, bt[pos[s], 0], bf[pos[s]])
                     pos[s] += -1 if desc else 1
                 if pos[s] != end[s]:
                     for x in range(vw):
                         head[s, x] = bd[pos[s], o + x]
+            if s0 < nsp and _in_skip(cur, state, bnd, desc):
+                # a new update among the skipped rows: their entries for it
+                for s in range(s0, nsp):
+                    a = edge[s] if desc else lo[s, kk]
+                    z = hi[s, kk] if desc else edge[s]
+                    bat = spine[s]
+                    bd = bat[0]
+                    r = _find_row(bd, off, a, z, cur, vw)
+                    while r < z and _cmp_rows(bd, r, off, cur, 0, 0, vw) == 0:
+                        et, ef, ne = _push(et, ef, ne, bat[1][r, 0], bat[2][r])
+                        r += 1
+            walked += 1
             nun, nr, r_due, r_vals, r_c = _resolve(et, ef, ne, un, nun, left, due_t, d0,
                                                    mode, cur, ow, r_due, r_vals, r_c, nr,
                                                    cnt_per_due)
     vals, counts = _by_due(want_offs, cnt_per_due, r_due, r_vals, r_c, nr, ow)
-    return want_offs, vals, counts, nr
+    return want_offs, vals, counts, nr, walked
 
 
 @njit(cache=True, nogil=True)
-def trie_want(bats, lo, hi, due_offs, due_t, vw, mode, k):
+def trie_want(bats, lo, hi, due_offs, due_t, vw, o_offs, o_vals, o_f, nd, kw, mode, k):
     """:func:`ordered_want` for the Python engine's traces, whose batches are tries:
     ``bats[b] = (vals, val_offs, times, diffs)`` of batch ``b`` (a value row once per
     key, its updates at ``val_offs[i]:val_offs[i + 1]``, times one column), key ``kk``'s
@@ -311,8 +459,11 @@ def trie_want(bats, lo, hi, due_offs, due_t, vw, mode, k):
     no later than the key's due times ``due_t[due_offs[kk]:due_offs[kk + 1]]``
     (ascending), and the batches hold the new updates too. Each key's value rows are
     merged lazily across the batches, smallest first (largest first for ``max``), until
-    every due time has its answer. Returns ``(want_offs, vals, counts, n)`` as
-    :func:`ordered_want`."""
+    every due time has its answer. ``o_*``: each key's output history before the new
+    updates (rows sorted by value), which sets its skip; ``nd``: the new updates' rows
+    (``kw`` key columns, then the values; sorted, the keys those of ``due_offs``), whose
+    value rows are read among the skipped rows. Returns ``(want_offs, vals, counts, n,
+    walked)`` as :func:`ordered_want`."""
     nk = due_offs.shape[0] - 1
     nb = len(bats)
     M = due_offs[nk]
@@ -325,8 +476,23 @@ def trie_want(bats, lo, hi, due_offs, due_t, vw, mode, k):
     r_vals = np.empty((16, ow), np.int64)
     r_c = np.empty(16, np.int64)
     nr = np.int64(0)
-    pos = np.empty(max(nb, 1), np.int64)
-    end = np.empty(max(nb, 1), np.int64)
+    # each key's new rows: nd[p_offs[kk]:p_offs[kk + 1]]
+    p_offs = np.zeros(nk + 1, np.int64)
+    g = np.int64(0)
+    for r in range(1, nd.shape[0]):
+        if _cmp_rows(nd, r, 0, nd, r - 1, 0, kw) != 0:
+            g += 1
+            if g >= nk:
+                raise ValueError("trie_want: the new rows hold more keys than due_offs")
+            p_offs[g] = r
+    if nd.shape[0] > 0 and g != nk - 1:
+        raise ValueError("trie_want: the new rows and due_offs have other keys")
+    p_offs[nk] = nd.shape[0]
+    # sources: the batches, then the new value rows among the skipped ones (nb)
+    pos = np.empty(nb + 1, np.int64)
+    end = np.empty(nb + 1, np.int64)
+    edge = np.empty(nb + 1, np.int64)
+    walked = np.int64(0)
     cur = np.empty((1, vw), np.int64)
     et = np.empty(16, np.int64)
     ef = np.empty(16, np.int64)
@@ -339,27 +505,38 @@ def trie_want(bats, lo, hi, due_offs, due_t, vw, mode, k):
             continue
         un, left = _start_key(un, left, D, mode, k)
         nun = D
+        state, bnd = _out_skip(o_offs, o_vals, o_f, kk, mode)
         for b in range(nb):
+            edge[b] = _skip_edge(bats[b][0], 0, lo[b, kk], hi[b, kk], bnd, state, desc)
             if desc:
-                pos[b] = hi[b, kk] - 1
+                pos[b] = edge[b] - 1
                 end[b] = lo[b, kk] - 1
             else:
-                pos[b] = lo[b, kk]
+                pos[b] = edge[b]
                 end[b] = hi[b, kk]
+        # the new value rows among the skipped ones, in the walk's order
+        e = _skip_edge(nd, kw, p_offs[kk], p_offs[kk + 1], bnd, state, desc)
+        if desc:
+            pos[nb] = p_offs[kk + 1] - 1
+            end[nb] = e - 1
+        else:
+            pos[nb] = p_offs[kk]
+            end[nb] = e
         while nun > 0:
-            # the next value row: the least (greatest) head of the batches
+            # the next value row: the least (greatest) head of the sources
             found = False
-            for b in range(nb):
+            for b in range(nb + 1):
                 if pos[b] == end[b]:
                     continue
-                bv = bats[b][0]
+                bv = bats[b][0] if b < nb else nd
+                bo = 0 if b < nb else kw
                 better = True
                 if found:
-                    c = _cmp_rows(bv, pos[b], 0, cur, 0, 0, vw)
+                    c = _cmp_rows(bv, pos[b], bo, cur, 0, 0, vw)
                     better = c > 0 if desc else c < 0
                 if better:
                     for x in range(vw):
-                        cur[0, x] = bv[pos[b], x]
+                        cur[0, x] = bv[pos[b], bo + x]
                     found = True
             if not found:
                 break
@@ -371,23 +548,29 @@ def trie_want(bats, lo, hi, due_offs, due_t, vw, mode, k):
                 bat = bats[b]
                 if _cmp_rows(bat[0], pos[b], 0, cur, 0, 0, vw) != 0:
                     continue
-                vo = bat[1]
-                bt = bat[2]
-                bf = bat[3]
                 i = pos[b]
-                for u in range(vo[i], vo[i + 1]):
-                    if ne == et.shape[0]:
-                        et = _grow(et, ne + 1)
-                        ef = _grow(ef, ne + 1)
-                    et[ne] = bt[u, 0]
-                    ef[ne] = bf[u]
-                    ne += 1
+                for u in range(bat[1][i], bat[1][i + 1]):
+                    et, ef, ne = _push(et, ef, ne, bat[2][u, 0], bat[3][u])
                 pos[b] = i + step
+            if pos[nb] != end[nb] and _cmp_rows(nd, pos[nb], kw, cur, 0, 0, vw) == 0:
+                # a new value row among the skipped ones (once for all its times): its
+                # updates in every batch
+                while pos[nb] != end[nb] and _cmp_rows(nd, pos[nb], kw, cur, 0, 0, vw) == 0:
+                    pos[nb] += step
+                for b in range(nb):
+                    bat = bats[b]
+                    a = edge[b] if desc else lo[b, kk]
+                    z = hi[b, kk] if desc else edge[b]
+                    i = _find_row(bat[0], 0, a, z, cur, vw)
+                    if i < z and _cmp_rows(bat[0], i, 0, cur, 0, 0, vw) == 0:
+                        for u in range(bat[1][i], bat[1][i + 1]):
+                            et, ef, ne = _push(et, ef, ne, bat[2][u, 0], bat[3][u])
+            walked += 1
             nun, nr, r_due, r_vals, r_c = _resolve(et, ef, ne, un, nun, left, due_t, d0,
                                                    mode, cur, ow, r_due, r_vals, r_c, nr,
                                                    cnt_per_due)
     vals, counts = _by_due(want_offs, cnt_per_due, r_due, r_vals, r_c, nr, ow)
-    return want_offs, vals, counts, nr
+    return want_offs, vals, counts, nr, walked
 
 
 @njit(cache=True, nogil=True)

@@ -1929,7 +1929,8 @@ def _step_reduce(prog, st, n, p, k):
     # A root min/max (of value column 0) or top_k reads its input trace in value order
     # (kernels.rootorder). Its trace is shared with its output, rows (key, tag, vals)
     # (see ddnumba.native): the gather finds each key's input rows in every batch but
-    # gathers only the new batch's, and the output history.
+    # gathers only the new batch's, and the output history, which also tells the walk
+    # where to start (past the rows it says are gone).
     ordered = prm[n, 8] == 2
     (keys, due_offs, due_t, h_offs, h_vals, h_t, h_f, o_offs, o_vals, o_t, o_f,
      new_pend, in_lo, in_hi, big) = _reduce_gather(new, st[1][s_in], out_spine, pend, kw,
@@ -1939,9 +1940,10 @@ def _step_reduce(prog, st, n, p, k):
         return
     if ordered:
         mode = O_MIN if logic == L_MIN else (O_MAX if logic == L_MAX else O_TOP_K)
-        w_offs, w_vals, w_counts, nw = ordered_want(st[1][s_in], in_lo, in_hi, big, kw + 1,
-                                                    vw, due_offs, due_t, h_offs, h_vals,
-                                                    h_t, h_f, mode, lparam)
+        w_offs, w_vals, w_counts, nw, _ = ordered_want(st[1][s_in], in_lo, in_hi, big,
+                                                       kw + 1, vw, due_offs, due_t, h_offs,
+                                                       h_vals, h_t, h_f, o_offs, o_vals,
+                                                       o_f, mode, lparam)
         ck, cv, ct, cf = _corrections_1d(due_offs, due_t, w_offs, w_vals[:nw],
                                          w_counts[:nw], o_offs, o_vals, o_t, o_f)
         _reduce_emit(prog, st, n, keys, ck, cv, ct, cf, kw, ow, k, s_out)

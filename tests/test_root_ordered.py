@@ -210,3 +210,185 @@ def test_the_python_engine_reads_a_large_group_in_order(monkeypatch):
         assert caps[0].at(t).to_pylist() == [{"k": 0, "min_v": -t, "count": 1}]
         assert caps[1].at(t).to_pylist() == [{"k": 0, "max_v": live[-1], "count": 1}]
         assert [r["v"] for r in caps[2].at(t).to_pylist()] == live[:3]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_taking_out_the_smallest_run_after_run(engine):
+    """A priority-queue stream: one key of 400 values (a big key) loses its smallest
+    and largest value every run, 60 runs, while the walk skips what the output says is
+    gone. Some runs put back a value taken out earlier (below the minimum, among the
+    skipped rows), take out one that was never there (a count of -1 below the minimum)
+    and later put it back twice (0, then 1: the new minimum only the second time)."""
+    rng = np.random.default_rng(11)
+    df = dd.Dataflow(engine=engine)
+    h, c = df.new_input(["k", "v"])
+    caps = {"min": (c.min().capture(), 2, lambda a: O.ref_min(a, 0)),
+            "max": (c.max().capture(), 2, lambda a: O.ref_max(a, 0)),
+            "top3": (c.top_k(3).capture(), 2, lambda a: O.ref_top_k(a, 3))}
+    vals = rng.choice(np.arange(1000, 100_000), 400, replace=False)
+    h.insert(np.zeros(400, np.int64), vals, time=0)
+    rows = [((0, int(x)), 0, 1) for x in vals]
+    live = {int(x): 1 for x in vals}
+    h.advance_to(1)
+    df.run()
+    _check_run(caps, rows, 0, 1)
+    gone = []
+    t = 1
+    for run in range(60):
+        ups = []
+        pos = sorted(x for x, n in live.items() if n > 0)
+        ups += [(pos[0], -1), (pos[-1], -1)]
+        gone.append(pos[0])
+        if run % 7 == 3:
+            ups.append((int(rng.choice(gone)), 1))       # back, among the skipped rows
+        if run == 10:
+            ups.append((500, -1))                        # never there: -1
+        if run in (20, 30):
+            ups.append((500, 1))                         # 0, then 1: the minimum
+        if run == 40:
+            ups.append((-5, 1))
+            ups.append((-5, -1))                         # in and out at two times
+        times = list(range(t, t + len(ups)))
+        for (x, d), s in zip(ups, times):
+            h.update([0], [x], time=s, diff=d)
+            rows.append(((0, x), s, d))
+            live[x] = live.get(x, 0) + d
+        h.advance_to(times[-1] + 1)
+        df.run()
+        _check_run(caps, rows, t, times[-1] + 1)
+        t = times[-1] + 1
+
+
+def _flat_batch(ups, key=0):
+    """A native engine trace batch of one key's input rows ``(val, t, diff)``: rows
+    ``(key, tag 0, val)``, times ``(t, 0)``, sorted; and a fence (unused here)."""
+    ups = sorted(ups)
+    data = np.array([[key, 0, v] for v, _, _ in ups], np.int64).reshape(-1, 3)
+    times = np.array([[t, 0] for _, t, _ in ups], np.int64).reshape(-1, 2)
+    diffs = np.array([d for _, _, d in ups], np.int64)
+    return data, times, diffs, np.zeros((1, 2), np.int64)
+
+
+def _trie_batch(ups):
+    """A Python engine trie batch of one key's updates ``(val, t, diff)``."""
+    ups = sorted(ups)
+    vals = sorted({v for v, _, _ in ups})
+    offs = np.searchsorted([v for v, _, _ in ups], vals + [np.inf]).astype(np.int64)
+    return (np.array(vals, np.int64).reshape(-1, 1), np.ascontiguousarray(offs),
+            np.array([[t] for _, t, _ in ups], np.int64).reshape(-1, 1),
+            np.array([d for _, _, d in ups], np.int64))
+
+
+# Values 0..999 in at time 0; 0..499 out, one a time at 1..500, in another batch: the
+# output then holds 500 alone (its history: each minimum in turn).
+_OLD = [[(v, 0, 1) for v in range(1000)], [(v, v + 1, -1) for v in range(500)]]
+_OUT = [(v, v, 1) for v in range(501)] + [(v, v + 1, -1) for v in range(500)]
+
+
+@pytest.mark.parametrize("new, want", [
+    ([(500, 600, -1)], 501),                     # the minimum goes: the next one
+    ([(10, 600, 1)], 10),                        # one that went comes back
+    ([(999, 600, -1), (1500, 600, 1)], 500),     # changes above the minimum only
+])
+@pytest.mark.parametrize("engine", ["native", "python"])
+def test_the_walk_skips_what_the_output_says_is_gone(engine, new, want):
+    """A key whose 500 smallest values were taken out in a batch not yet merged with
+    the one that put them in: the walk starts at the output's minimum (it reads a row
+    or two), not at the first row of the trace (501 rows). A new update among the
+    skipped rows is read with its old entries."""
+    from numba.typed import List
+    import ddnumba.kernels.rootorder as ro
+    old = [sorted(b) for b in _OLD]
+    out = sorted(_OUT)
+    o_offs = np.array([0, len(out)], np.int64)
+    o_vals = np.array([[v] for v, _, _ in out], np.int64)
+    o_t = np.array([[t] for _, t, _ in out], np.int64)
+    o_f = np.array([d for _, _, d in out], np.int64)
+    due_offs = np.array([0, 1], np.int64)
+    due_t = np.array([[600]], np.int64)
+    new = sorted(new)
+    if engine == "native":
+        spine = List()
+        for b in old:
+            spine.append(_flat_batch(b))
+        lo = np.zeros((2, 1), np.int64)
+        hi = np.array([[len(b)] for b in old], np.int64)
+        h_offs = np.array([0, len(new)], np.int64)
+        h_vals = np.array([[v] for v, _, _ in new], np.int64)
+        h_t = np.array([[t] for _, t, _ in new], np.int64)
+        h_f = np.array([d for _, _, d in new], np.int64)
+        w_offs, w_vals, w_counts, n, walked = ro.ordered_want(
+            spine, lo, hi, np.ones(1, np.bool_), 2, 1, due_offs, due_t, h_offs, h_vals,
+            h_t, h_f, o_offs, o_vals, o_f, ro.O_MIN, 0)
+    else:
+        bats = [_trie_batch(b) for b in old + [new]]
+        lst = ro.batch_list(*bats[0])
+        for b in bats[1:]:
+            ro.push_batch(lst, *b)
+        lo = np.zeros((3, 1), np.int64)
+        hi = np.array([[len(b[0])] for b in bats], np.int64)
+        nd = np.array([[0, v] for v, _, _ in new], np.int64)
+        w_offs, w_vals, w_counts, n, walked = ro.trie_want(
+            lst, lo, hi, due_offs, due_t, 1, o_offs, o_vals, o_f, nd, 1, ro.O_MIN, 0)
+    assert n == 1 and w_vals[:n, 0].tolist() == [want] and w_counts[:n].tolist() == [1]
+    assert walked <= 2, walked
+
+
+@pytest.mark.parametrize("engine", ["native", "python"])
+def test_a_skipped_row_with_a_negative_count_stays_out(engine):
+    """Value 7 was taken out once more than it was put in (count -1 over the trace):
+    one new insertion makes it 0, not the minimum; the answer is read past it."""
+    from numba.typed import List
+    import ddnumba.kernels.rootorder as ro
+    old = [[(v, 0, 1) for v in range(100, 200)], [(7, 1, -1)]]
+    o_offs = np.array([0, 1], np.int64)
+    o_vals = np.array([[100]], np.int64)
+    o_f = np.array([1], np.int64)
+    new = [(7, 5, 1)]
+    due_offs = np.array([0, 1], np.int64)
+    due_t = np.array([[5]], np.int64)
+    if engine == "native":
+        spine = List()
+        for b in old:
+            spine.append(_flat_batch(b))
+        r = ro.ordered_want(
+            spine, np.zeros((2, 1), np.int64), np.array([[100], [1]], np.int64),
+            np.ones(1, np.bool_), 2, 1, due_offs, due_t, np.array([0, 1], np.int64),
+            np.array([[7]], np.int64), np.array([[5]], np.int64), np.array([1], np.int64),
+            o_offs, o_vals, o_f, ro.O_MIN, 0)
+    else:
+        bats = [_trie_batch(b) for b in old + [new]]
+        lst = ro.batch_list(*bats[0])
+        for b in bats[1:]:
+            ro.push_batch(lst, *b)
+        r = ro.trie_want(lst, np.zeros((3, 1), np.int64),
+                         np.array([[100], [1], [1]], np.int64), due_offs, due_t, 1,
+                         o_offs, o_vals, o_f, np.array([[0, 7]], np.int64), 1,
+                         ro.O_MIN, 0)
+    w_offs, w_vals, w_counts, n, walked = r
+    assert w_vals[:n, 0].tolist() == [100] and w_counts[:n].tolist() == [1]
+
+
+def test_the_skip_edge_matches_a_binary_search():
+    """The skipped rows' edge in a batch, found by galloping from the walk's first
+    row, against NumPy's ``searchsorted`` (all three states, both directions)."""
+    import ddnumba.kernels.rootorder as ro
+    rng = np.random.default_rng(0)
+    for _ in range(3000):
+        n = int(rng.integers(0, 40))
+        bd = np.zeros((n, 3), np.int64)
+        bd[:, 1] = np.sort(rng.integers(0, 20, n))
+        a = int(rng.integers(0, n + 1))
+        z = int(rng.integers(a, n + 1))
+        b = int(rng.integers(-1, 22))
+        seg = bd[a:z, 1]
+        for desc in (False, True):
+            for state in (ro.SK_ALL, ro.SK_BELOW, ro.SK_NONE):
+                if state == ro.SK_NONE:
+                    want = z if desc else a
+                elif state == ro.SK_ALL:
+                    want = a if desc else z
+                else:
+                    want = a + int(np.searchsorted(seg, b, "right" if desc else "left"))
+                got = ro._skip_edge(bd, 1, a, z, b, state, desc)
+                assert got == want, (seg.tolist(), b, desc, state, got, want)

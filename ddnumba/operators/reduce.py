@@ -162,9 +162,10 @@ class ReduceNode(Node):
         input trace is at a time no later than the new batch's (the arrangement passes
         on closed times only), so each changed key's due times are the new batch's
         times for it, and its answers come from its values read in order across the
-        trace's batches, stopping at the first positive ones
-        (:func:`ddnumba.kernels.rootorder.trie_want`): a change costs about the same
-        whatever the size of its key's group, not a gather of its whole history."""
+        trace's batches, starting where the key's output is and stopping at the first
+        positive ones (:func:`ddnumba.kernels.rootorder.trie_want`): a change costs about
+        the same whatever the size of its key's group, not a gather of its whole
+        history, nor a walk over the values taken out before."""
         nd, nt, nf = new
         if not len(nf):
             return
@@ -181,6 +182,7 @@ class ReduceNode(Node):
         for b, t in enumerate(tries):
             _rootorder.val_ranges(t.keys, t.key_offs, keys, lo[b], hi[b])
         mode, k = self.ordered
+        old = self.out.gather(keys)
         if tries:
             bats = None
             for t in tries:
@@ -190,13 +192,14 @@ class ReduceNode(Node):
                     bats = _rootorder.batch_list(*arrs)
                 else:
                     _rootorder.push_batch(bats, *arrs)
-            want_offs, want_vals, want_counts, _ = _rootorder.trie_want(
-                bats, lo, hi, due_offs, due_times, self.arranged.vw, mode, k)
+            want_offs, want_vals, want_counts, _, _ = _rootorder.trie_want(
+                bats, lo, hi, due_offs, due_times, self.arranged.vw, old.offs,
+                np.ascontiguousarray(old.vals), old.diffs, np.ascontiguousarray(nd), kw,
+                mode, k)
         else:
             want_offs = np.zeros(len(due_times) + 1, _I64)
             want_vals = np.empty((0, self.ow), _I64)
             want_counts = np.empty(0, _I64)
-        old = self.out.gather(keys)
         self._correct(keys, due_offs, due_times, want_offs, want_vals, want_counts, old)
 
     def _process(self, sk, st, frontier, grouped=False):
