@@ -40,6 +40,14 @@ def _program(df):
     return h, {n: (o.capture(), o.arity, ref) for n, (o, ref) in outs.items()}
 
 
+def _extremes(c, k):
+    """``min``, ``max`` and ``top_k(k)`` of a ``(k, v)`` collection, captured, with their
+    references (for :func:`_check_run`)."""
+    return {"min": (c.min().capture(), 2, lambda a: O.ref_min(a, 0)),
+            "max": (c.max().capture(), 2, lambda a: O.ref_max(a, 0)),
+            f"top{k}": (c.top_k(k).capture(), 2, lambda a: O.ref_top_k(a, k))}
+
+
 def _acc(rows, t):
     """The input accumulated at ``t`` (rows hold plain int times)."""
     return O.accumulate_at([(r, (s,), d) for r, s, d in rows], (t,))
@@ -89,9 +97,7 @@ def test_retracting_the_extremes_of_a_large_group(engine):
     rng = np.random.default_rng(7)
     df = dd.Dataflow(engine=engine)
     h, c = df.new_input(["k", "v"])
-    caps = {"min": (c.min().capture(), 2, lambda a: O.ref_min(a, 0)),
-            "max": (c.max().capture(), 2, lambda a: O.ref_max(a, 0)),
-            "top4": (c.top_k(4).capture(), 2, lambda a: O.ref_top_k(a, 4))}
+    caps = _extremes(c, 4)
     live = {}
     rows = []
     vals = rng.integers(0, 10**6, 3000)
@@ -222,9 +228,7 @@ def test_taking_out_the_smallest_run_after_run(engine):
     rng = np.random.default_rng(11)
     df = dd.Dataflow(engine=engine)
     h, c = df.new_input(["k", "v"])
-    caps = {"min": (c.min().capture(), 2, lambda a: O.ref_min(a, 0)),
-            "max": (c.max().capture(), 2, lambda a: O.ref_max(a, 0)),
-            "top3": (c.top_k(3).capture(), 2, lambda a: O.ref_top_k(a, 3))}
+    caps = _extremes(c, 3)
     vals = rng.choice(np.arange(1000, 100_000), 400, replace=False)
     h.insert(np.zeros(400, np.int64), vals, time=0)
     rows = [((0, int(x)), 0, 1) for x in vals]
