@@ -89,6 +89,44 @@ def test_random_streams_match_the_oracle_at_every_time(seed, engine):
         t += 5
 
 
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("engine", ENGINES)
+def test_big_keys_losing_their_extremes_match_the_oracle(seed, engine):
+    """Two keys of ~150 rows ``(v, w)`` (big: read in place, past their skips), 25 runs
+    that each take out every key's smallest and largest rows and add random updates
+    (negative counts among them, some below the minimum, ties on ``v``), at up to 3
+    times a run: every operator of :func:`_program`, at every time."""
+    rng = np.random.default_rng(seed)
+    df = dd.Dataflow(engine=engine)
+    h, caps = _program(df)
+    k = rng.integers(0, 2, 300)
+    v = rng.integers(0, 60, 300)
+    w = rng.integers(0, 4, 300)
+    h.insert(k, v, w, time=0)
+    rows = [((int(a), int(b), int(c)), 0, 1) for a, b, c in zip(k, v, w)]
+    h.advance_to(1)
+    df.run()
+    _check_run(caps, rows, 0, 1)
+    t = 1
+    for _ in range(25):
+        live = sorted(r for r, n in _acc(rows, t - 1).items() if n > 0)
+        ups = []
+        for key in (0, 1):
+            mine = [r for r in live if r[0] == key]
+            if mine:
+                ups += [(mine[0], -1), (mine[-1], -1)]
+        for _ in range(int(rng.integers(0, 6))):
+            ups.append(((int(rng.integers(0, 2)), int(rng.integers(-5, 65)),
+                         int(rng.integers(0, 4))), int(rng.choice([-2, -1, 1, 1, 2]))))
+        for (r, d), s in zip(ups, (t + rng.integers(0, 3, len(ups))).tolist()):
+            h.update([r[0]], [r[1]], [r[2]], time=s, diff=d)
+            rows.append((r, s, d))
+        h.advance_to(t + 3)
+        df.run()
+        _check_run(caps, rows, t, t + 3)
+        t += 3
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_retracting_the_extremes_of_a_large_group(engine):
     """One key holding 3,000 values; each run retracts the current smallest and
