@@ -502,12 +502,13 @@ class Collection:
         return src._reduce(kw, _reduce_ops.logic_max(c), 1, names, "max", spec=("max", c))
 
     def _column_first(self, kw, c):
-        """For a ``min``/``max`` of value column ``c`` outside loops: the collection with
-        that column moved first among the values, and its new index (0). Rows are only
-        permuted, so every row keeps its count; the native engine then reads the key's
-        values in that column's order and stops at the first positive row
-        (kernels.rootorder), instead of accumulating the whole group."""
-        if c == 0 or self.scope.depth != 0:
+        """For a ``min``/``max`` of value column ``c``: the collection with that column
+        moved first among the values, and its new index (0). Rows are only permuted, so
+        every row keeps its count; the native engine then reads the key's values in
+        that column's order and stops at the first positive row (kernels.rootorder
+        outside loops, seqloop._walk_order in sequential loops), instead of
+        accumulating the whole group."""
+        if c == 0:
             return self, c
         order = list(range(kw)) + [kw + c] + [kw + i for i in range(self.arity - kw)
                                               if i != c]

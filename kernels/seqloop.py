@@ -881,6 +881,29 @@ def value_less(vw, ow, logic):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _walk_order(vw, logic, lparam):
+    """How a reduce with values reads a key's accumulated input: 1 in ascending
+    order of its vals, stopping once the positive rows read hold the output (a ``min``
+    of the first value column: one; a ``top_k``: ``k`` counts); -1 from the largest
+    vals down, stopping at the first positive row (a ``max`` of the first value
+    column); 0 all of it (the others, which need every row).
+
+    Stopping early is exact. The rows not read hold larger vals (smaller for -1),
+    which cannot enter the output while the rows read keep their counts; and the
+    key's next evaluation, at the least later iteration of the rows read or of its
+    output, is where those counts can change. Rows of later iterations that were not
+    read change no output until then, so a key of many vals whose least ones are
+    present costs a few rows, not its group."""
+    if vw == 0:
+        return np.int64(0)
+    if logic == L_TOP_K or (logic == L_MIN and lparam == 0):
+        return np.int64(1)
+    if logic == L_MAX and lparam == 0:
+        return np.int64(-1)
+    return np.int64(0)
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _count_want(c, logic, lparam):
     """The output count of a value-less ``distinct`` (1) or ``top_k`` (``min(c, k)``)
     whose input count is ``c`` (nothing for ``c <= 0``)."""
@@ -986,6 +1009,7 @@ def _reduce_keys(tab, arena, meta, tag_in, tag_out, blk, kw, vw, ow, logic, lpar
     fused = blk == 1
     ob = KW + 1 + 2 * blk
     flat = value_less(vw, ow, logic)
+    walk = _walk_order(vw, logic, lparam)
     pf_out = tag_in if flat else tag_out     # (a flat reduce reads no output block)
     pf_blk = 0 if flat else blk
     pf = _pf_on(tab)
@@ -1127,13 +1151,16 @@ def _reduce_keys(tab, arena, meta, tag_in, tag_out, blk, kw, vw, ow, logic, lpar
         qc[2] += 1
         nxt = INF
         c0 = nc[0]
-        # input accumulated at <= j, per vals: the trace's entries and the delta
+        # input accumulated at <= j, per vals: the trace's entries and the delta. With
+        # walk != 0 the vals are read in order (walk -1: from the largest) and the
+        # walk stops once the rows read hold the output (see _walk_order)
         na = np.int64(0)
+        left = lparam if logic == L_TOP_K else np.int64(1)
         a = off_in
         a_end = off_in + ln_in
         x = p0
         x_end = p0 + m
-        while a < a_end or x < x_end:
+        while walk >= 0 and (a < a_end or x < x_end):
             if x >= x_end:
                 c = -1
             elif a >= a_end:
@@ -1157,6 +1184,43 @@ def _reduce_keys(tab, arena, meta, tag_in, tag_out, blk, kw, vw, ow, logic, lpar
             if s != 0:
                 acc[na, 0] = s
                 na += 1
+                if walk == 1 and s > 0:
+                    left -= s
+                    if left <= 0:
+                        break
+        while walk < 0 and (a < a_end or x < x_end):
+            # from the largest vals down: the top group of the trace's entries (found
+            # by stepping back over it) and the delta's last row
+            if x >= x_end:
+                c = 1
+            elif a >= a_end:
+                c = -1
+            else:
+                c = _cmp(arena, a_end - 1, 0, dd, x_end - 1, 2 + kw, vw)
+            s = np.int64(0)
+            if c >= 0:
+                for q in range(vw):
+                    acc[na, 1 + q] = arena[a_end - 1, q]
+                g = a_end - 1
+                while g > a and _cmp(arena, g - 1, 0, acc, na, 1, vw) == 0:
+                    g -= 1
+                s, _, nxt, ov = _sum_group(arena, g, a_end, acc, na, vw, j, nxt)
+                if ov:
+                    return OVF_IN
+                a_end = g
+            else:
+                for q in range(vw):
+                    acc[na, 1 + q] = dd[x_end - 1, 2 + kw + q]
+            if x < x_end and _cmp(dd, x_end - 1, 2 + kw, acc, na, 1, vw) == 0:
+                s, ov = add_checked(s, dd[x_end - 1, 1])
+                if ov:
+                    return OVF_IN
+                x_end -= 1
+            if s != 0:
+                acc[na, 0] = s
+                na += 1
+                if s > 0:
+                    break
         # output accumulated at <= j
         nu = np.int64(0)
         a = off_o
