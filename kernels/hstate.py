@@ -52,7 +52,7 @@ import numpy as np
 from numba import njit
 
 from .hooks import alloc2d, release_rows
-from .rows import add_checked, leaf, prefetch_row
+from .rows import add_checked, leaf, move_rows, prefetch_row
 
 __all__ = ["new_state", "new_meta", "insert_delta", "gc", "find_rows", "read_key",
            "records", "free_chunks", "M_ROWS", "M_TOP", "M_GARB", "M_LIVE", "M_EMPTY",
@@ -534,6 +534,29 @@ def _block_need(tab, row, blk, m):
     return np.int64(0)
 
 
+#: a shift of more rows than this within a block is one memmove (rows.move_rows);
+#: fewer are copied in line (most blocks hold a few entries)
+SHIFT_CALL = 16
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _shift(arena, dst, src, n):
+    """Move the ``n`` arena rows at ``src`` to ``dst`` (ranges may overlap): the
+    entries after one added or taken out in place. A big key's block (a node of 1e5
+    in-edges, say) holds as many entries, and a change to one of its first moves
+    nearly all of them."""
+    if n > SHIFT_CALL:
+        move_rows(arena, dst, src, n)
+    elif dst > src:
+        for q in range(n - 1, -1, -1):
+            for c in range(arena.shape[1]):
+                arena[dst + q, c] = arena[src + q, c]
+    else:
+        for q in range(n):
+            for c in range(arena.shape[1]):
+                arena[dst + q, c] = arena[src + q, c]
+
+
 @njit(cache=True, nogil=True, inline="always")
 def _block_add(tab, arena, meta, row, blk, src, x0, x1, c0, vw, dcol, it):
     """Add entries ``(src[x, c0:c0 + vw], it)`` with diff ``src[x, dcol]``, for ``x0 <=
@@ -571,19 +594,13 @@ def _block_add(tab, arena, meta, row, blk, src, x0, x1, c0, vw, dcol, it):
                 if ov:
                     return OVERFLOW
                 if s == 0:
-                    for q in range(off + pos, off + ln - 1):
-                        for c in range(EW):
-                            arena[q, c] = arena[q + 1, c]
+                    _shift(arena, off + pos, off + pos + 1, ln - pos - 1)
                     ln -= 1
                     meta[M_LIVE] -= 1
                 else:
                     arena[off + pos, DF] = s
             else:
-                q = off + ln
-                while q > off + pos:
-                    for c in range(EW):
-                        arena[q, c] = arena[q - 1, c]
-                    q -= 1
+                _shift(arena, off + pos + 1, off + pos, ln - pos)
                 for c in range(vw):
                     arena[off + pos, c] = src[x, c0 + c]
                 for c in range(vw, IT):

@@ -130,6 +130,33 @@ def prefetch_row(typingctx, arr, r):
     return sig, codegen
 
 
+@intrinsic
+def move_rows(typingctx, arr, dst, src, n):
+    """Copy rows ``src .. src + n - 1`` of the 2-D C array ``arr`` to rows ``dst .. dst
+    + n - 1`` (the two ranges may overlap): one ``memmove`` (LLVM's intrinsic), for
+    shifting a long run of rows in place. Usable in a leaf (it takes no reference);
+    the caller keeps both ranges inside the array."""
+    if not (isinstance(arr, types.Array) and arr.ndim == 2 and arr.layout == "C" and
+            all(isinstance(x, types.Integer) for x in (dst, src, n))):
+        return None
+    sig = types.void(arr, dst, src, n)
+
+    def codegen(context, builder, signature, args):
+        aryty = signature.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        stride = cgutils.unpack_tuple(builder, ary.strides, 2)[0]
+        d, s_, k = (context.cast(builder, v, t, types.intp)
+                    for v, t in zip(args[1:], signature.args[1:]))
+        base = builder.ptrtoint(ary.data, cgutils.intp_t)
+        i8p = ir.IntType(8).as_pointer()
+        dp = builder.inttoptr(builder.add(base, builder.mul(d, stride)), i8p)
+        sp = builder.inttoptr(builder.add(base, builder.mul(s_, stride)), i8p)
+        cgutils.raw_memmove(builder, dp, sp, builder.mul(k, stride), 1)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
 @njit(cache=True, nogil=True, inline="always")
 def row_cmp(a, i, b, j):
     """Compare row ``a[i]`` with row ``b[j]`` lexicographically: -1, 0 or 1."""

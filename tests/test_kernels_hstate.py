@@ -190,6 +190,45 @@ def test_hstate_long_blocks_and_growth():
     assert (rows >= 0).all()
 
 
+def test_in_place_changes_to_a_big_block_match_the_dictionary():
+    """A key of ~500 entries, then small deltas (at most 8 rows: the in-place path)
+    that add entries before, between and after the others and cancel some: the
+    entries after each change move by one memmove (``hstate._shift``) when more than
+    ``SHIFT_CALL`` of them follow it, else in line."""
+    rng = np.random.default_rng(11)
+    state = _new(4096)
+    vals = np.unique(rng.integers(0, 5000, 600))
+    _put(state, 3, vals, np.ones(len(vals), np.int64))
+    model = {int(v): 1 for v in vals}
+    shifted = 0
+    for _ in range(300):
+        m = int(rng.integers(1, 9))
+        live = sorted(model)
+        picks = set()
+        for _ in range(m):
+            if live and rng.random() < 0.5:
+                picks.add(live[int(rng.integers(0, len(live)))])   # cancel
+            else:
+                picks.add(int(rng.integers(-100, 5100)))            # new or +1
+        picks = np.array(sorted(picks), np.int64)
+        diffs = np.array([-model[v] if v in model and rng.random() < 0.8 else 1
+                          for v in picks.tolist()], np.int64)
+        off0, ln0, cap0 = _block_of(state, 3)
+        _put(state, 3, picks, diffs)
+        for v, d in zip(picks.tolist(), diffs.tolist()):
+            model[v] = model.get(v, 0) + d
+            if model[v] == 0:
+                del model[v]
+        if ln0 + len(picks) <= cap0 and np.searchsorted(sorted(model), picks[0]) \
+                < len(model) - H.SHIFT_CALL:
+            shifted += 1
+        keys, ents = H.dump(state[0], state[1], 2, 1, 0)
+        got = {int(e[0]): int(e[2]) for k, e in zip(keys, ents) if k[0] == 3}
+        assert got == model
+    assert shifted > 100          # the memmove path ran
+    _check_space(*state)
+
+
 def _put(state, key, vals, diffs, it=0):
     """Insert ``(key, val)`` with ``diffs`` at ``it`` into trace 2 (one key word, one
     value word), block 0; returns the key's ``(offset, length, capacity)``."""
