@@ -15,6 +15,16 @@ import ddnumba as dd
 N = 100_000
 
 
+def _advance_and_time(bench, steps):
+    """Advance ``bench.inp`` by ``steps`` times (``bench.t`` follows) and time one
+    ``bench.df.run()``: its seconds."""
+    bench.t += steps
+    bench.inp.advance_to(bench.t)
+    a = time.perf_counter()
+    bench.df.run()
+    return time.perf_counter() - a
+
+
 def _updates(n=N, keys=10_000, seed=1):
     rng = np.random.default_rng(seed)
     return rng.integers(0, keys, n), rng.integers(0, 1_000_000, n)
@@ -208,11 +218,7 @@ class CountIngest:
         tt = np.sort(rng.integers(self.t, self.t + 1000, rows))
         self.inp.update(u, it, time=tt)
         self.counts += np.bincount(u, minlength=200_000)
-        self.t += 1000
-        self.inp.advance_to(self.t)
-        a = time.perf_counter()
-        self.df.run()
-        return time.perf_counter() - a
+        return _advance_and_time(self, 1000)
 
     def track_seconds_per_run(self, rows):
         lat = [self._run(rows) for _ in range(8)]
@@ -410,11 +416,7 @@ class RootExtremes:
         self.inp.remove(z, gone, time=tt)
         self.inp.insert(z, new, time=tt)
         self.vals = np.sort(np.concatenate([self.vals[lo:len(self.vals) - (b - lo)], new]))
-        self.t += b
-        self.inp.advance_to(self.t)
-        a = time.perf_counter()
-        self.df.run()
-        return time.perf_counter() - a
+        return _advance_and_time(self, b)
 
     def track_ms_per_run(self, g, b, engine):
         lat = [self._run(b) for _ in range(30)]
@@ -463,11 +465,7 @@ class RootTakeMin:
     def _run(self):
         self.inp.remove([0], [self.vals[self.lo]], time=self.t)
         self.lo += 1
-        self.t += 1
-        self.inp.advance_to(self.t)
-        a = time.perf_counter()
-        self.df.run()
-        return time.perf_counter() - a
+        return _advance_and_time(self, 1)
 
     def track_ms_per_run(self, p, engine):
         lat = [self._run() for _ in range(200)]
@@ -517,11 +515,7 @@ class RootCountGroup:
         self.inp.insert(z, np.array([self.next]), time=self.t)
         self.vals[i] = self.next
         self.next += 1
-        self.t += 1
-        self.inp.advance_to(self.t)
-        a = time.perf_counter()
-        self.df.run()
-        return time.perf_counter() - a
+        return _advance_and_time(self, 1)
 
     def track_ms_per_run(self, g, op, engine):
         lat = [self._run() for _ in range(30)]
@@ -529,6 +523,55 @@ class RootCountGroup:
         want = len(self.vals) if op == "count" else int(self.vals.sum())
         if got.column(1).to_pylist() != [want]:
             raise RuntimeError(f"{op} differs from NumPy")
+        self.df.close()
+        return float(np.median(lat) * 1e3)
+    track_ms_per_run.unit = "ms"
+
+
+class LoopHub:
+    """Connected components (a ``min`` inside a sequential loop) of a star: one hub
+    joined to K leaves, then runs that each move one leaf edge to a new leaf (at its
+    own time). The hub's ``min`` holds the K labels its leaves proposed; it reads
+    them in order and stops at the least present one (``seqloop._walk_order``), and
+    a change moves the hub's entries after it with one ``memmove`` (``hstate._shift``),
+    so a run should cost little more at K = 1e5 than at 1e3 (forty-sixth session:
+    6.9 ms a run at K = 1e5 before, ~linear in K). The labels are checked after the
+    timed runs. Reported: median run latency in ms."""
+
+    params = [[1_000, 100_000], ["native", "python"]]
+    param_names = ["leaves", "engine"]
+    timeout = 600
+    number = 1
+    repeat = 1
+
+    def setup(self, k, engine):
+        from ddnumba.algorithms import connected_components
+        self.rng = np.random.default_rng(5)
+        self.df = df = dd.Dataflow(engine=engine)
+        self.inp, e = df.new_input(["src", "dst"])
+        self.cap = connected_components(e).capture(auto_compact=True)
+        self.leaves = np.arange(1, k + 1)
+        self.next = k + 1
+        self.inp.insert(np.zeros(k, np.int64), self.leaves, time=0)
+        self.inp.advance_to(1)
+        self.t = 1
+        df.run()
+
+    def _run(self):
+        i = self.rng.integers(0, len(self.leaves))
+        self.inp.remove([0], [self.leaves[i]], time=self.t)
+        self.inp.insert([0], [self.next], time=self.t)
+        self.leaves[i] = self.next
+        self.next += 1
+        return _advance_and_time(self, 1)
+
+    def track_ms_per_run(self, k, engine):
+        lat = [self._run() for _ in range(100 if engine == "native" else 10)]
+        got = self.cap.at(self.t - 1)
+        want = sorted([0] + self.leaves.tolist())
+        if sorted(got.column(0).to_pylist()) != want or \
+                set(got.column(1).to_pylist()) != {0}:
+            raise RuntimeError("components differ from the star's")
         self.df.close()
         return float(np.median(lat) * 1e3)
     track_ms_per_run.unit = "ms"
