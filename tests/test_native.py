@@ -1732,12 +1732,22 @@ def test_long_loop_without_limit_warns_once():
 _RUNAWAY = """
 import sys, warnings
 import ddnumba as dd
-df = dd.Dataflow(engine="native", loops=sys.argv[1])
-ci, c = df.new_input(["k"])
-cap = c.iterate(lambda v: v.concat(c), name="runaway").capture()
-ci.insert([1, 2], time=0)
-ci.advance_to(1)
+from ddnumba.operators.iterate import IterationLimitError
 warnings.simplefilter("ignore")
+# The same loop with a limit first, so that every kernel it uses is compiled (or
+# loaded) before the signal: on a cold cache the first run() compiles some for this
+# program, and a Ctrl-C there stops the compile, not the loop.
+for limit in (12000, None):
+    df = dd.Dataflow(engine="native", loops=sys.argv[1])
+    ci, c = df.new_input(["k"])
+    cap = c.iterate(lambda v: v.concat(c), name="runaway", max_iterations=limit).capture()
+    ci.insert([1, 2], time=0)
+    ci.advance_to(1)
+    if limit is not None:
+        try:
+            df.run()
+        except IterationLimitError:
+            pass
 print("running", flush=True)
 try:
     df.run()
