@@ -1749,6 +1749,8 @@ for limit in (12000, None):
         except IterationLimitError:
             pass
 print("running", flush=True)
+import faulthandler
+faulthandler.dump_traceback_later(45)      # (where it is, should it not stop: stderr)
 try:
     df.run()
 except KeyboardInterrupt:
@@ -1780,7 +1782,13 @@ def test_runaway_loop_stops_on_ctrl_c(tmp_path, loops):
         time.sleep(3.0)
         assert proc.poll() is None          # still iterating
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
+        try:
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+            pytest.fail(f"no answer to SIGINT within 60 s; stdout {out!r}; stderr "
+                        f"(the script's tracebacks at 45 s) {err[-4000:]}")
     finally:
         if proc.poll() is None:
             proc.kill()
