@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from ddnumba.collection import Collection
+from ddnumba.operators.linear import checked_sum
 
 __all__ = ["reachability", "bfs", "connected_components", "sssp",
            "strongly_connected_components", "triangles"]
@@ -33,11 +34,8 @@ def _check(c, arity, what, op):
 
 def _add_checked(a, b, op):
     """``a + b`` of int64 arrays, refusing a sum that leaves int64 (it would wrap)."""
-    s = a + b
-    if ((a ^ s) & (b ^ s) < 0).any():
-        raise OverflowError(f"{op}: a distance leaves int64 (a path's weights sum "
-                            f"beyond 2**63 - 1)")
-    return s
+    return checked_sum(a, b, f"{op}: a distance leaves int64 (a path's weights sum "
+                             f"beyond 2**63 - 1)")
 
 
 def _present_edges(edges, op):

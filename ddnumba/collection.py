@@ -196,7 +196,10 @@ class Collection:
         ``f(*columns)`` receives one read-only int64 array per column and returns a tuple
         of columns (or one array). It should be pure and work row by row: it is also
         called on empty and on a few made-up columns when the map is built (to learn
-        its width and whether it only selects columns, which then run without it).
+        its width and whether it only selects columns, which then run without it),
+        and by the native engine on symbolic columns that record additions (a map
+        inside a loop whose columns add columns or constants, ``k + 1``, runs in the
+        compiled loop without it; see ``MapNode.affine``).
         ``names`` names the output columns (default: when ``f`` returns input columns
         themselves, as ``lambda k, v: (v, k)`` does, their names; else the input's
         names when the arity is unchanged, else ``c0, c1, ...``).

@@ -14,8 +14,10 @@ the graph, ``"native"`` requires it (``ValueError`` naming what is unsupported),
 time coordinate, one worker and loops that are not nested; every operator of the
 library is supported (user functions are called back from the compiled code; ``map``
 functions that return their argument columns, such as ``lambda a, b: (b, a)``, run
-as native projections). Both engines give identical results; the Python engine is the
-reference the tests compare against.
+as native projections; inside sequential loops, so do maps whose columns add columns
+or constants, as ``bfs``'s ``lambda n, k, d: (d, k + 1)`` does: see
+:meth:`~ddnumba.operators.linear.MapNode.affine`). Both engines give identical
+results; the Python engine is the reference the tests compare against.
 
 Loops run round-wise (all the outer times of a run at once, round by round) or, with
 ``Dataflow(loops="sequential")`` (or ``DDNUMBA_LOOPS``), sequentially: one outer time
@@ -384,7 +386,7 @@ def _sequential(lp, mode):
     and round) and reduces need built-in logic. Only in mode ``"sequential"``."""
     from ddnumba.operators import linear as L
     from ddnumba.operators.arrange import ArrangeNode
-    from ddnumba.operators.iterate import EnterNode, FeedbackNode
+    from ddnumba.operators.iterate import EnterNode, FeedbackNode, LeaveNode
     from ddnumba.operators.join import JoinNode
     from ddnumba.operators.reduce import ReduceNode
     if mode == "rounds":
@@ -397,10 +399,80 @@ def _sequential(lp, mode):
             if getattr(node, "spec", None) is None:
                 return False
             continue
-        if isinstance(node, L.MapNode) and node.projection() is not None:
+        if isinstance(node, L.MapNode) and node.affine() is not None:
             continue
         return False
+    # Maps in a row compose into one sum per column (_compose), which a leave takes
+    # only as a projection: try every path through the linear operators.
+    def paths(node, cols, seen):
+        for c, _ in node.consumers:
+            if isinstance(c, L.MapNode):
+                nxt = _compose(cols, c.affine())
+            elif isinstance(c, (L.ConcatNode, L.NegateNode, FeedbackNode)):
+                nxt = cols
+            else:
+                if isinstance(c, LeaveNode) and not _is_projection(cols):
+                    raise Unsupported(f"a sum of columns leaving loop {lp.child.name!r}")
+                continue
+            if id(c) not in seen:
+                paths(c, nxt, seen | {id(c)})
+    try:
+        for node in lp.child.nodes:
+            paths(node, _identity(node.arity), {id(node)})
+    except Unsupported:
+        return False
     return True
+
+
+def _identity(arity):
+    """The terms of a row's own columns (see _compose)."""
+    return [((c,), 0, None) for c in range(arity)]
+
+
+def _is_projection(terms):
+    return all(len(c) == 1 and k == 0 and m is None for c, k, m in terms)
+
+
+def _compose(cols, terms):
+    """The columns of a map's output over the columns of the rows a route starts
+    from, as terms of :meth:`~ddnumba.operators.linear.MapNode.affine`: ``cols`` are
+    the map's input columns, ``terms`` the map's own. Raises Unsupported when a column
+    is not one such sum (more than two columns, or a checked sum involving another
+    sum)."""
+    from ddnumba.operators.linear import _wrap64
+    out = []
+    for mcols, mconst, msg in terms:
+        if msg is None and len(mcols) == 1 and mconst == 0:
+            out.append(cols[mcols[0]])
+            continue
+        parts = [cols[c] for c in mcols]
+        if any(p[2] is not None for p in parts):
+            raise Unsupported("a sum over a checked sum in a sequential loop")
+        if msg is not None:
+            if any(len(p[0]) != 1 or p[1] != 0 for p in parts):
+                raise Unsupported("a checked sum over a sum in a sequential loop")
+            out.append((tuple(p[0][0] for p in parts), mconst, msg))
+        else:
+            sc = sum((p[0] for p in parts), ())
+            if len(sc) > 2:
+                raise Unsupported("a sum of more than two columns in a sequential loop")
+            out.append((sc, _wrap64(mconst + sum(p[1] for p in parts)), None))
+    return out
+
+
+def _route_words(terms):
+    """A route's columns for :mod:`ddnumba.kernels.seqloop`: one word a column (the
+    source column) for a projection, else seqloop.AFW words a column (kind, first
+    column, second column, constant; see seqloop.A_WRAP), and whether it is the
+    latter."""
+    from ddnumba.kernels import seqloop as S
+    if _is_projection(terms):
+        return [c[0] for c, _, _ in terms], 0
+    words = []
+    for c, k, m in terms:
+        words.extend([S.A_WRAP if m is None else S.A_CHECKED,
+                      c[0] if len(c) > 0 else -1, c[1] if len(c) > 1 else -1, k])
+    return words, 1
 
 
 def _seq_program(li, lp, ids, kind, prm):
@@ -525,14 +597,12 @@ def _seq_program(li, lp, ids, kind, prm):
 
     # Routes: from every emitting node through the linear operators to the sinks.
     routes, proj, chain = [], [], []
+    messages = []                   # those of the checked sums (seqloop.OVF_MAP)
 
     def walk(src_i, node, cols, sign, shift, path):
         for c, _ in node.consumers:
             if isinstance(c, L.MapNode):
-                p = c.projection()
-                if p is None:
-                    raise Unsupported(f"{c!r} in a sequential loop")
-                walk(src_i, c, [cols[k] for k in p], sign, shift, path + [c])
+                walk(src_i, c, _compose(cols, c.affine()), sign, shift, path + [c])
             elif isinstance(c, L.ConcatNode):
                 walk(src_i, c, cols, sign, shift, path + [c])
             elif isinstance(c, L.NegateNode):
@@ -542,10 +612,16 @@ def _seq_program(li, lp, ids, kind, prm):
             elif isinstance(c, (ArrangeNode, L.ConsolidateNode, FeedbackNode, LeaveNode)):
                 sink = lid[id(c)]
                 leave = isinstance(c, LeaveNode)
+                if leave and not _is_projection(cols):
+                    raise Unsupported("a sum of columns leaving a loop")   # (_sequential)
                 into = 1 if isinstance(c, FeedbackNode) else 0
+                words, aff = _route_words(cols)
+                if aff:
+                    messages.extend(m for _, _, m in cols if m is not None)
                 routes.append([sink, sign, shift + into, len(proj), len(cols),
-                               len(chain), len(path), NP[sink, S.P_Q], 1 if leave else 0])
-                proj.extend(cols)
+                               len(chain), len(path), NP[sink, S.P_Q], 1 if leave else 0,
+                               aff])
+                proj.extend(words)
                 chain.extend(ids[id(x)] for x in path)
             else:
                 raise Unsupported(f"{c!r} in a sequential loop")
@@ -553,7 +629,7 @@ def _seq_program(li, lp, ids, kind, prm):
     for i, node in enumerate(local):
         if NP[i, S.P_KIND] in (S.S_ENTER, S.S_JOIN, S.S_REDUCE, S.S_CONSOL, S.S_FEEDBACK):
             first = len(routes)
-            walk(i, node, list(range(node.arity)), 1, 0, [])
+            walk(i, node, _identity(node.arity), 1, 0, [])
             NP[i, S.P_ROFF] = first
             NP[i, S.P_RN] = len(routes) - first
     # A reduce reading an unsorted delta corrects a key once per row of it, so its
@@ -571,7 +647,7 @@ def _seq_program(li, lp, ids, kind, prm):
                       np.array(proj, _I64), np.array(chain, _I64),
                       np.array(queues, _I64),
                       np.array([li, maxit, S.IDLE_BIG_WORDS], _I64)])
-    return prog, np.array(widths, _I64)
+    return prog, np.array(widths, _I64), messages
 
 
 class NativeEngine:
@@ -818,9 +894,12 @@ class NativeEngine:
         self.st = _rt.new_state(nq, S, n_held, len(pend_w), arr(pend_w) if pend_w else
                                 np.zeros(0, _I64), len(self.captures), N, max(L_, 1),
                                 self._state_widths(order, kind, prm, scope_of, L_))
+        self._sum_messages = []        # those of the loops' checked sums
         for li, lp in enumerate(loops):
             if self.sequential[li]:
-                prog, widths = _seq_program(li, lp, ids, kind, prm)
+                prog, widths, messages = _seq_program(li, lp, ids, kind, prm)
+                self._sum_messages.extend(m for m in messages
+                                          if m not in self._sum_messages)
                 _rt.add_seq_loop(self.st, li, prog, widths)
         # Each input's queue (a typed list inside st[0]), boxed once: reading an item of
         # a typed list from Python costs ~4-8 µs, a tenth of a single-change run. The
@@ -958,6 +1037,11 @@ class NativeEngine:
                     self._run_fn = _entry(_rt.run)
                 try:
                     status = self._run_fn(self.prog, self.st, fr)
+                except OverflowError as e:
+                    # a checked sum of a map in a sequential loop: the map's message
+                    if str(e) != _seq.MAP_OVERFLOW or not self._sum_messages:
+                        raise
+                    raise OverflowError(" / ".join(self._sum_messages)) from None
                 except SystemError as e:
                     # A Ctrl-C pending when compiled code calls back into Python
                     # (the loops' check-ins, kernels.hooks.loop_call_due) can be

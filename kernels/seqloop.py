@@ -14,11 +14,12 @@ updates at the same times.
 The loop program. :mod:`ddnumba.native` compiles a loop into *local nodes* in
 schedule order -- enters, arrangements, joins, reduces, consolidates and feedbacks,
 plus the leaves that take its results out -- and *routes*: the linear operators
-between them (projections, concatenations, negations) fold into a route from an
-emitting node to a *sink* (an arrangement, consolidate, feedback or leave), a column
-map with a sign and an iteration shift. A feedback is folded into the routes through
-it (+1 to their shift) unless its rows reach another feedback; such a feedback stays
-a sink (+1 into it). Emitting writes each route's rows into its sink's queue; nothing
+between them (projections, concatenations, negations, and maps that add columns
+or constants, ``lambda n, k, d: (d, k + 1)``) fold into a route from an emitting
+node to a *sink* (an arrangement, consolidate, feedback or leave), a column map
+(each column a source column or a sum, R_AFF) with a sign and an iteration shift.
+A feedback is folded into the routes through it (+1 to their shift) unless its rows
+reach another feedback; such a feedback stays a sink (+1 into it). Emitting writes each route's rows into its sink's queue; nothing
 else happens between stateful operators.
 
 Buffers. Every queue and scratch area is a 2-D int64 buffer of rows ``(iteration,
@@ -155,7 +156,17 @@ R_COFF = 5      # linear nodes passed (statistics): chain[COFF:COFF + CLEN]
 R_CLEN = 6
 R_BUF = 7       # the sink's queue buffer
 R_LEAVE = 8     # 1: the sink is a leave (rows carry the outer time)
-RTW = 9
+R_AFF = 9       # 0: proj holds a column a column (a projection); 1: AFW words a
+                # column, a sum (the maps passed add columns or constants; not leaves)
+RTW = 10
+
+# The columns of a route with R_AFF: (kind, a, b, k) each, a and b columns of the
+# emitted data (-1: none).
+A_WRAP = 0      # src[a] + src[b] + k, wrapping as NumPy's int64 arithmetic does
+A_CHECKED = 1   # src[a] + src[b] (b = -1: src[a] + k), OVF_MAP when it leaves int64
+AFW = 4
+#: the error of a checked sum (ddnumba.native raises the map's own message instead)
+MAP_OVERFLOW = "map: a checked sum leaves int64 (in a loop)"
 
 # Program fields.
 F_NODES = 0
@@ -218,6 +229,7 @@ RQ_PAST = -26      # internal error: a queued update at an iteration already pas
 OVF_NEG = -9       # a route's negation of -2**63
 OVF_ARR = -10      # an arrangement's diff sum
 OVF_CONS = -11     # a consolidation's diff sum
+OVF_MAP = -12      # a route's checked sum (A_CHECKED)
 
 # What else _rounds returns to run_times (the node is cn[SC_LN]); it resumes where
 # it stopped (cn[SC_PH], cn[SC_SUB]).
@@ -384,25 +396,64 @@ def _drop_idle(nodes, bufs, cn, ln):
             _drop_empty(bufs, cn, nodes[ln, b])
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _route_head(src, r, dst, k, sign, shift, best):
+    """Row ``r``'s iteration (plus ``shift``) and diff (times ``sign``) into row ``k``
+    of ``dst``; returns the least of ``best`` and that iteration, or -1 when the
+    negation overflows."""
+    f = src[r, 1]
+    if sign < 0:
+        if f == I64_MIN:
+            return -1
+        f = -f
+    it = src[r, 0] + shift
+    dst[k, 0] = it
+    dst[k, 1] = f
+    return min(it, best)
+
+
 @leaf
-def _route_copy(src, n, dst, o, proj, poff, plen, sign, shift):
+def _route_copy(src, n, dst, o, proj, poff, plen, sign, shift, aff):
     """Rows ``src[:n]`` through a route into ``dst`` from row ``o`` (a sink in the
     loop; leaves: ``_leave_copy``); returns the least iteration written (INF for
-    none), or -1 when a negation overflows."""
+    none), -1 when a negation overflows or -2 when a checked sum does (R_AFF)."""
+    if aff != 0:
+        return _route_sums(src, n, dst, o, proj, poff, plen, sign, shift)
     best = INF
     for r in range(n):
-        it = src[r, 0] + shift
-        dst[o + r, 0] = it
-        if it < best:
-            best = it
-        f = src[r, 1]
-        if sign < 0:
-            if f == I64_MIN:
-                return -1
-            f = -f
-        dst[o + r, 1] = f
+        best = _route_head(src, r, dst, o + r, sign, shift, best)
+        if best < 0:
+            return -1
         for c in range(plen):
             dst[o + r, 2 + c] = src[r, 2 + proj[poff + c]]
+    return best
+
+
+@leaf
+def _route_sums(src, n, dst, o, proj, poff, plen, sign, shift):
+    """:func:`_route_copy` of a route whose columns are sums (R_AFF: AFW words a
+    column at ``proj[poff:]``)."""
+    best = INF
+    for r in range(n):
+        best = _route_head(src, r, dst, o + r, sign, shift, best)
+        if best < 0:
+            return -1
+        for c in range(plen):
+            w = poff + AFW * c
+            a = proj[w + 1]
+            b = proj[w + 2]
+            if proj[w] == A_WRAP:
+                v = proj[w + 3]
+                if a >= 0:
+                    v += src[r, 2 + a]
+                if b >= 0:
+                    v += src[r, 2 + b]
+            else:
+                v, ov = add_checked(src[r, 2 + a],
+                                    src[r, 2 + b] if b >= 0 else proj[w + 3])
+                if ov:
+                    return -2
+            dst[o + r, 2 + c] = v
     return best
 
 
@@ -450,7 +501,7 @@ def _leave_copy(src, n, dst, o, proj, poff, plen, sign, t):
 def _emit(nodes, lp, bufs, cn, ln, sx, n, t):
     """Send rows ``[:n]`` of buffer ``sx`` of local node ``ln`` along its routes.
     Returns DONE, RQ_GROW (a sink's queue lacks room: checked for every route before
-    any row is copied, so the emit can be repeated) or OVF_NEG."""
+    any row is copied, so the emit can be repeated), OVF_NEG or OVF_MAP."""
     if n == 0:
         return DONE
     ro = lp[F_ROUTES]
@@ -486,9 +537,10 @@ def _emit(nodes, lp, bufs, cn, ln, sx, n, t):
             cn[_bn(q)] = k
         else:
             best = _route_copy(src, n, dst, nq, lp, po + lp[rt + R_POFF],
-                               lp[rt + R_PLEN], lp[rt + R_SIGN], lp[rt + R_SHIFT])
+                               lp[rt + R_PLEN], lp[rt + R_SIGN], lp[rt + R_SHIFT],
+                               lp[rt + R_AFF])
             if best < 0:
-                return OVF_NEG
+                return OVF_NEG if best == -1 else OVF_MAP
             cn[_bn(q)] = nq + n
             if best < cn[_bmin(q)]:
                 cn[_bmin(q)] = best
@@ -1536,6 +1588,8 @@ def _serve(nodes, bufs, cn, tab, arena, meta, ln, j, code):
         raise OverflowError("arrange: a count overflows int64 (in a loop)")
     elif code == OVF_CONS:
         raise OverflowError("consolidate: a sum of diffs overflows int64")
+    elif code == OVF_MAP:
+        raise OverflowError(MAP_OVERFLOW)
     elif code == OVF_PAIR:
         raise OverflowError(_JOIN_OVF)
     else:

@@ -219,6 +219,26 @@ def captured_updates(cap):
     return ups
 
 
+def captured_at(cap, t, width):
+    """A capture's collection at time ``t``: ``{row: count}`` of its ``width``
+    columns (``Capture.at``)."""
+    tab = cap.at(t)
+    cols = [tab.column(i).to_pylist() for i in range(width)]
+    counts = tab.column(width).to_pylist()
+    return {tuple(r): c for r, c in zip(zip(*cols), counts)}
+
+
+def fixed_point(step, x, rounds):
+    """``x`` stepped by ``step`` until it stops changing, within ``rounds`` steps (a
+    loop's brute-force answer)."""
+    for _ in range(rounds):
+        nxt = step(x)
+        if nxt == x:
+            return x
+        x = nxt
+    raise AssertionError("the reference did not converge")
+
+
 def _fmt(acc):
     return "{" + ", ".join(f"{r}: {c}" for r, c in sorted(acc.items())) + "}"
 

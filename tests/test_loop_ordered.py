@@ -71,19 +71,8 @@ def _ref_fixed_point(op, edges, base):
     x = O.clean(O.ref_map(lambda n, v, w: (n, v), 3)(base)) if op in ("min", "max") \
         else O.clean(O.ref_map(lambda n, v, w: (n, w), 3)(base)) if op == "min_w" \
         else base
-    for _ in range(N + 3):          # a DAG of N nodes settles in N + 1 rounds
-        nxt = _ref_step(op, x, edges, base)
-        if nxt == x:
-            return x
-        x = nxt
-    raise AssertionError("the reference did not converge")
-
-
-def _at(cap, t, width):
-    tab = cap.at(t)
-    cols = [tab.column(i).to_pylist() for i in range(width)]
-    counts = tab.column(width).to_pylist()
-    return {tuple(r): c for r, c in zip(zip(*cols), counts)}
+    # (a DAG of N nodes settles in N + 1 rounds)
+    return O.fixed_point(lambda x: _ref_step(op, x, edges, base), x, N + 3)
 
 
 @pytest.mark.parametrize("seed", [1, 2])
@@ -144,7 +133,7 @@ def test_loop_extremes_over_big_groups_match_the_fixed_point(engine, op, seed):
             e = O.accumulate_at([(r, (x,), d) for r, x, d in erows], (s,))
             b = O.accumulate_at([(r, (x,), d) for r, x, d in brows], (s,))
             want = _ref_fixed_point(op, e, b)
-            assert _at(cap, s, width) == want, f"{op} at t={s}"
+            assert O.captured_at(cap, s, width) == want, f"{op} at t={s}"
         t += 3
     if engine == "native":
         assert all(df._native.sequential), "the loop did not run sequentially"

@@ -50,6 +50,121 @@ def columns_to_matrix(out, n, what, expect=None):
     return mat
 
 
+_I64_MIN = -2**63
+_I64_MAX = 2**63 - 1
+
+
+class _NotAffine(Exception):
+    pass
+
+
+def _wrap64(v):
+    """``v`` wrapped to int64, as NumPy's int64 arithmetic wraps."""
+    return (v - _I64_MIN) % 2**64 + _I64_MIN
+
+
+def _constant(v):
+    """``v`` as an int64 constant of an affine map, or raise _NotAffine: Python ints
+    in int64's range and NumPy signed integers (not bools, floats or unsigned
+    integers, which NumPy would not keep int64)."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.signedinteger)):
+        raise _NotAffine
+    v = int(v)
+    if not _I64_MIN <= v <= _I64_MAX:
+        raise _NotAffine
+    return v
+
+
+class _Column:
+    """A column of a map traced symbolically (:meth:`MapNode.affine`): the sum of
+    input columns ``cols`` (at most two) and ``const``, wrapping as NumPy's int64
+    arithmetic does; or, when ``checked``, a sum that refuses to leave int64
+    (:func:`checked_sum`), which nothing may be added to. Every other use raises
+    _NotAffine, so a function that does anything else is not affine."""
+    __slots__ = ("cols", "const", "checked")
+    __array_ufunc__ = None          # (``array + column`` calls __radd__)
+
+    def __init__(self, cols, const=0, checked=None):
+        self.cols = tuple(cols)
+        self.const = const
+        self.checked = checked
+
+    def __add__(self, other):
+        if self.checked is not None:
+            raise _NotAffine
+        if isinstance(other, _Column):
+            if other.checked is not None or len(self.cols) + len(other.cols) > 2:
+                raise _NotAffine
+            return _Column(self.cols + other.cols, _wrap64(self.const + other.const))
+        return _Column(self.cols, _wrap64(self.const + _constant(other)))
+
+    __radd__ = __add__
+
+    def __sub__(self, other):
+        if isinstance(other, _Column):
+            raise _NotAffine
+        return self + _wrap64(-_constant(other))
+
+    def __pos__(self):
+        return self
+
+    def _refuse(self, *args, **kwargs):
+        raise _NotAffine
+
+    (__rsub__, __mul__, __rmul__, __neg__, __abs__, __invert__, __bool__, __index__,
+     __int__, __float__, __len__, __iter__, __getitem__, __array__, __lt__, __le__,
+     __gt__, __ge__, __and__, __or__, __xor__, __lshift__, __rshift__, __floordiv__,
+     __truediv__, __mod__, __pow__, __eq__, __ne__) = (_refuse,) * 29
+    __hash__ = None
+
+    def __getattr__(self, name):
+        raise _NotAffine
+
+
+def checked_sum(a, b, message):
+    """``a + b`` of int64 columns (or a column and an integer), raising
+    ``OverflowError(message)`` for a sum that leaves int64 (where NumPy would wrap).
+    Traced maps (:meth:`MapNode.affine`) keep it as a checked sum, so that a loop
+    adding along paths (``sssp``) runs in compiled code."""
+    if isinstance(a, _Column) or isinstance(b, _Column):
+        cols, const = [], 0
+        for x in (a, b):
+            if isinstance(x, _Column):
+                if x.checked is not None or len(x.cols) != 1 or x.const != 0:
+                    raise _NotAffine
+                cols.append(x.cols[0])
+            else:
+                const = _constant(x)
+        if len(cols) == 2 and const != 0:
+            raise _NotAffine
+        return _Column(cols, const, checked=message)
+    s = a + b
+    if ((a ^ s) & (b ^ s) < 0).any():
+        raise OverflowError(message)
+    return s
+
+
+def affine_values(terms, data):
+    """The columns ``terms`` (see :meth:`MapNode.affine`) give for the rows of
+    ``data``: NumPy's wrapping sums, and checked sums that raise on overflow."""
+    n = data.shape[0]
+    out = np.empty((n, len(terms)), _I64)
+    with np.errstate(all="ignore"):
+        for i, (cols, const, message) in enumerate(terms):
+            v = np.full(n, const, _I64)
+            if message is None:
+                for c in cols:
+                    v = v + data[:, c]
+            else:
+                a = data[:, cols[0]]
+                b = data[:, cols[1]] if len(cols) == 2 else v
+                v = a + b
+                if ((a ^ v) & (b ^ v) < 0).any():
+                    raise OverflowError(message)
+            out[:, i] = v
+    return out
+
+
 class MapNode(Node):
     kind = "map"
 
@@ -98,6 +213,61 @@ class MapNode(Node):
                 return None
             cols = got
         return cols
+
+
+    def affine(self):
+        """The map as sums of input columns, when ``f`` computes each output column as
+        one: a list of ``(cols, const, message)`` per output column, ``cols`` the input
+        columns added (at most two) to the integer ``const``, wrapping as NumPy's int64
+        arithmetic does, or (``message`` not None) a sum of two columns, or of a column
+        and ``const``, that raises ``OverflowError(message)`` when it leaves int64
+        (:func:`checked_sum`). A projection is ``((c,), 0, None)`` per column. Else None.
+
+        ``f`` is called on symbolic columns that record additions and refuse
+        everything else, then on random columns, whose result must agree. Sequential
+        loops run such maps in compiled code (``lambda n, k, d: (d, k + 1)`` in ``bfs``)."""
+        cached = getattr(self, "_affine", False)
+        if cached is not False:
+            return cached
+        self._affine = None
+        arity_in = self.inputs[0].arity
+        p = self.projection()
+        if p is not None:
+            self._affine = [((c,), 0, None) for c in p]
+            return self._affine
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                out = self.f(*[_Column((i,)) for i in range(arity_in)])
+        except Exception:
+            return None
+        if not isinstance(out, (tuple, list)):
+            out = (out,)
+        if len(out) != self.arity:
+            return None
+        terms = []
+        for o in out:
+            if isinstance(o, _Column):
+                terms.append((o.cols, o.const, o.checked))
+            else:
+                try:
+                    terms.append(((), _constant(o), None))
+                except _NotAffine:
+                    return None
+        rng = np.random.default_rng(54321)
+        for _ in range(2):
+            data = rng.integers(-2**40, 2**40, (5, arity_in))
+            try:
+                with np.errstate(all="ignore"), warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    got = columns_to_matrix(self.f(*column_views(data.copy())), 5, "map",
+                                            self.arity)
+                if not np.array_equal(got, affine_values(terms, data)):
+                    return None
+            except Exception:
+                return None
+        self._affine = terms
+        return terms
 
 
 class FilterNode(Node):

@@ -1,0 +1,298 @@
+"""Maps that add columns or constants (``lambda n, k, d: (d, k + 1)``) inside loops.
+
+:meth:`MapNode.affine` traces such a map on symbolic columns; the native engine's
+sequential loops then run it in compiled code, as a sum in the route it lies on
+(``kernels.seqloop._route_copy``), instead of sending the loop round-wise with a Python
+callback per round. ``bfs`` and ``sssp`` are such loops.
+
+The oracle tests propagate values along the edges of a DAG (nodes ``0..N-1``, edges
+from a smaller node to a larger one), adding to them on every hop, so the loops
+converge whatever the counts; every time is checked against a brute-force fixed point
+on both engines, and the native loop must have run sequentially."""
+import numpy as np
+import pytest
+
+import ddnumba as dd
+from ddnumba import algorithms as alg
+from ddnumba.native import Unsupported, _compose, _identity
+from ddnumba.operators.linear import _wrap64, checked_sum
+
+import oracle as O
+
+ENGINES = ["native", "python"]
+N = 6
+BIG = 2**63 - 5            # added on a hop, it wraps (as NumPy's int64 arithmetic does)
+
+
+def _map_terms(f, arity_in=3, arity=2):
+    df = dd.Dataflow(engine="python")
+    _, c = df.new_input([f"c{i}" for i in range(arity_in)])
+    return c.map(f, arity=arity)._node.affine()
+
+
+# ------------------------------------------------------------------------ tracing
+
+@pytest.mark.parametrize("f, want", [
+    (lambda a, b, x: (b, a), [((1,), 0, None), ((0,), 0, None)]),
+    (lambda a, b, x: (b, a + 1), [((1,), 0, None), ((0,), 1, None)]),
+    (lambda a, b, x: (1 + b, a - 5), [((1,), 1, None), ((0,), -5, None)]),
+    (lambda a, b, x: (b + a + 2, x), [((1, 0), 2, None), ((2,), 0, None)]),
+    (lambda a, b, x: (a, 7), [((0,), 0, None), ((), 7, None)]),
+    (lambda a, b, x: (a + np.int64(3), b - np.int32(-4)),
+     [((0,), 3, None), ((1,), 4, None)]),
+    (lambda a, b, x: (a + BIG + BIG, b), [((0,), _wrap64(2 * BIG), None),
+                                          ((1,), 0, None)]),
+    (lambda a, b, x: (b, checked_sum(a, x, "too far")),
+     [((1,), 0, None), ((0, 2), 0, "too far")]),
+    (lambda a, b, x: (b, checked_sum(a, 9, "too far")),
+     [((1,), 0, None), ((0,), 9, "too far")]),
+])
+def test_a_map_of_sums_is_traced(f, want):
+    assert _map_terms(f) == want
+
+
+@pytest.mark.parametrize("f", [
+    lambda a, b, x: (a + b + x, a),             # three columns
+    lambda a, b, x: (a * 2, b),
+    lambda a, b, x: (5 - a, b),                 # a negated column
+    lambda a, b, x: (a - b, b),
+    lambda a, b, x: (np.add(a, 1), b),          # NumPy functions are not traced
+    lambda a, b, x: (a + np.uint64(3), b),      # NumPy makes these float64
+    lambda a, b, x: (a + 1.0, b),
+    lambda a, b, x: (a + 2**63, b),             # a constant beyond int64
+    lambda a, b, x: (a + True, b),
+    lambda a, b, x: (a + np.arange(len(a)), b),
+    lambda a, b, x: (a, b if a == 3 else x),
+    lambda a, b, x: (checked_sum(a + 1, x, "m"), b),    # a checked sum of a sum
+    lambda a, b, x: (checked_sum(a, x, "m") + 1, b),    # a sum of a checked sum
+    # a function that tells symbolic columns from arrays: the random probe disagrees
+    lambda a, b, x: (a + (1 if isinstance(a, np.ndarray) else 2), b),
+])
+def test_a_map_that_is_not_a_sum_is_not_traced(f):
+    assert _map_terms(f) is None
+
+
+def test_composed_maps_stay_one_sum_or_are_refused():
+    cols = _identity(3)
+    hop = _compose(cols, [((2,), 0, None), ((0,), 1, None), ((0, 1), 5, None)])
+    assert hop == [((2,), 0, None), ((0,), 1, None), ((0, 1), 5, None)]
+    # a second map: a constant more, a projection, and a sum of sums of one column each
+    again = _compose(hop, [((1,), -3, None), ((0,), 0, None), ((0, 1), 0, None)])
+    assert again == [((0,), -2, None), ((2,), 0, None), ((2, 0), 1, None)]
+    with pytest.raises(Unsupported):
+        _compose(hop, [((1, 2), 0, None)])                 # three columns
+    with pytest.raises(Unsupported):
+        _compose(hop, [((1, 0), 0, "m")])                  # a checked sum of a sum
+    chk = _compose(cols, [((0, 2), 0, "m"), ((1,), 0, None)])
+    assert _compose(chk, [((1,), 0, None), ((0,), 0, None)]) == [((1,), 0, None),
+                                                                  ((0, 2), 0, "m")]
+    with pytest.raises(Unsupported):
+        _compose(chk, [((0,), 1, None)])                   # a sum of a checked sum
+
+
+# ---------------------------------------------------------------- the route, directly
+
+def test_a_route_computes_its_sums_row_by_row():
+    from ddnumba.kernels import seqloop as S
+    src = np.array([[3, 2, 10, -4, 2**62],
+                    [4, -1, -7, 9, 2**62]], np.int64)     # (iteration, diff, data...)
+    words = [S.A_WRAP, 0, -1, 1,             # c0 + 1
+             S.A_WRAP, 1, 0, BIG,            # c1 + c0 + BIG (wraps)
+             S.A_WRAP, -1, -1, 7,            # 7
+             S.A_CHECKED, 0, 1, 0,           # c0 + c1, checked
+             S.A_CHECKED, 2, -1, -1]         # c2 - 1, checked
+    proj = np.array([99] + words, np.int64)
+    dst = np.zeros((3, 7), np.int64)
+    best = S._route_copy(src, 2, dst, 1, proj, 1, 5, -1, 2, 1)
+    assert best == 5
+    w = [_wrap64(v) for v in (-4 + 10 + BIG, 9 - 7 + BIG)]
+    assert dst[1:].tolist() == [[5, -2, 11, w[0], 7, 6, 2**62 - 1],
+                                [6, 1, -6, w[1], 7, 2, 2**62 - 1]]
+    assert dst[0].tolist() == [0] * 7
+    # a checked sum that leaves int64
+    over = np.array(proj)
+    over[1 + 4 * 4 + 3] = 0
+    over[1 + 4 * 4 + 2] = 2                  # c2 + c2 = 2**63
+    assert S._route_copy(src, 2, dst, 0, over, 1, 5, 1, 0, 1) == -2
+    # the same words read as a projection: one column each
+    proj1 = np.array([2, 0], np.int64)
+    dst1 = np.zeros((2, 4), np.int64)
+    assert S._route_copy(src, 2, dst1, 0, proj1, 0, 2, 1, 0, 0) == 3
+    assert dst1.tolist() == [[3, 2, 2**62, 10], [4, -1, 2**62, -7]]
+
+
+# -------------------------------------------------------------------------- oracle
+
+def _wsum(*parts):
+    """The wrapped sums of columns and ints, row by row in Python ints."""
+    n = max(len(p) for p in parts if isinstance(p, np.ndarray))
+    return np.array([_wrap64(sum(int(p[i]) if isinstance(p, np.ndarray) else p
+                                 for p in parts)) for i in range(n)], np.int64)
+
+
+def _hop(op):
+    """The loop's hop map over ``join(x, edges)`` rows ``(n, v, d, w)`` (``x`` holds
+    ``(node, v)``, ``edges`` ``(src, dst, w)``), and its reference (Python ints,
+    wrapped to int64)."""
+    if op == "plus1":
+        return lambda n, v, d, w: (d, v + 1), lambda n, v, d, w: (d, _wsum(v, 1))
+    if op == "weight":
+        return lambda n, v, d, w: (d, v + w), lambda n, v, d, w: (d, _wsum(v, w))
+    if op == "wrap":
+        return lambda n, v, d, w: (d, v + BIG), lambda n, v, d, w: (d, _wsum(v, BIG))
+    if op == "checked":
+        return (lambda n, v, d, w: (d, checked_sum(v, w, "hop: leaves int64")),
+                lambda n, v, d, w: (d, _wsum(v, w)))
+    # constants and a column, over two maps in a row (composed into one sum)
+    return (lambda n, v, d, w: (d, v - 7 + w),
+            lambda n, v, d, w: (d, _wsum(v, -7, w, 2)))
+
+
+def _body(op, agg, edges, base):
+    f, _ = _hop(op)
+
+    def body(x):
+        hop = x.join(edges).map(f, names=["n", "v"])
+        if op == "two":
+            hop = hop.map(lambda n, v: (n, v + 2), names=["n", "v"])
+        hop = hop.concat(base)
+        return hop.min("v", name="v") if agg == "min" else hop.distinct()
+    return body
+
+
+def _ref_fixed_point(op, agg, edges, base):
+    _, g = _hop(op)
+
+    def step(x):
+        hop = O.ref_map(g, 4)(O.ref_join(x, edges))
+        cat = O.clean(O.ref_concat(hop, base))
+        return O.clean(O.ref_min(cat, 0)) if agg == "min" else O.clean(O.ref_distinct(cat))
+    return O.fixed_point(step, base, N + 3)    # (a DAG of N nodes settles in N + 1)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("agg", ["min", "distinct"])
+@pytest.mark.parametrize("op", ["plus1", "weight", "wrap", "checked", "two"])
+@pytest.mark.parametrize("engine", ENGINES)
+def test_loops_adding_along_paths_match_the_fixed_point(engine, op, agg, seed):
+    rng = np.random.default_rng(seed)
+    df = dd.Dataflow(engine=engine, loops="sequential")
+    eh, edges = df.new_input(["src", "dst", "w"])
+    bh, base = df.new_input(["node", "v"])
+    out = base.iterate(_body(op, agg, edges, base), max_iterations=50)
+    cap = out.capture()
+    erows, brows = [], []
+
+    def add_edges(s, d, w, ts, diff):
+        keep = s < d                                # a DAG: smaller to larger nodes
+        s, d, w, ts, diff = s[keep], d[keep], w[keep], ts[keep], diff[keep]
+        eh.update(s, d, w, time=ts, diff=diff)
+        erows.extend(((int(a), int(b), int(c)), int(x), int(y))
+                     for a, b, c, x, y in zip(s, d, w, ts, diff))
+
+    def add_base(n, v, ts, diff):
+        bh.update(n, v, time=ts, diff=diff)
+        brows.extend(((int(a), int(b)), int(x), int(y)) for a, b, x, y in zip(n, v, ts, diff))
+
+    m = 14
+    add_edges(rng.integers(0, N, m), rng.integers(0, N, m), rng.integers(0, 9, m),
+              np.zeros(m, np.int64), rng.choice(np.array([1, 1, 2, -1]), m))
+    m = 10
+    add_base(rng.integers(0, N, m), rng.integers(-50, 50, m), np.zeros(m, np.int64),
+             np.ones(m, np.int64))
+    t = 0
+    for run in range(8):
+        m = int(rng.integers(2, 6))          # retractions and negative counts among them
+        add_base(rng.integers(0, N, m), rng.integers(-50, 50, m),
+                 t + 1 + rng.integers(0, 3, m), rng.choice(np.array([-2, -1, 1, 1, 2]), m))
+        live = [r for r, c in O.accumulate_at([(r, (s,), d) for r, s, d in brows],
+                                              (t,)).items() if c > 0]
+        if live and run % 2 == 0:
+            g = np.array(live[:2], np.int64).reshape(-1, 2)
+            add_base(g[:, 0], g[:, 1], np.full(len(g), t + 2), -np.ones(len(g), np.int64))
+        if run % 3 == 1:
+            m = 3
+            add_edges(rng.integers(0, N, m), rng.integers(0, N, m), rng.integers(0, 9, m),
+                      t + 1 + rng.integers(0, 3, m), rng.choice(np.array([-1, 1]), m))
+        eh.advance_to(t + 4)
+        bh.advance_to(t + 4)
+        df.run()
+        for s in range(0 if run == 0 else t + 1, t + 4):
+            e = O.accumulate_at([(r, (x,), d) for r, x, d in erows], (s,))
+            b = O.accumulate_at([(r, (x,), d) for r, x, d in brows], (s,))
+            want = _ref_fixed_point(op, agg, e, b)
+            assert O.captured_at(cap, s, 2) == want, f"{op}/{agg} at t={s}"
+        t += 3
+    if engine == "native":
+        assert df._native.sequential == [True], "the loop did not run sequentially"
+
+
+# ------------------------------------------------------------ algorithms and errors
+
+@pytest.mark.parametrize("algo", ["bfs", "sssp"])
+def test_bfs_and_sssp_loops_run_sequentially(algo):
+    df = dd.Dataflow(engine="native", loops="sequential")
+    ri, roots = df.new_input(["node"])
+    if algo == "bfs":
+        ei, edges = df.new_input(["src", "dst"])
+        cap = alg.bfs(roots, edges).capture()
+        ei.insert([0, 1, 0, 2], [1, 2, 2, 3], time=0)
+        want = {(0, 0), (1, 1), (2, 1), (3, 2)}
+    else:
+        ei, edges = df.new_input(["src", "dst", "w"])
+        cap = alg.sssp(roots, edges).capture()
+        ei.insert([0, 1, 0, 2], [1, 2, 2, 3], [1, 1, 5, 4], time=0)
+        want = {(0, 0), (1, 1), (2, 2), (3, 6)}
+    ri.insert([0], time=0)
+    ri.advance_to(1)
+    ei.advance_to(1)
+    df.run()
+    assert df._native.sequential == [True]
+    assert {(r["node"], r["distance"]) for r in cap.at(0).to_pylist()} == want
+
+
+@pytest.mark.parametrize("engine, loops", [("native", "sequential"),
+                                           ("native", "rounds"), ("python", None)])
+def test_a_checked_sum_in_a_loop_raises_the_maps_message(engine, loops):
+    # 2**62 added on every hop from node 0 (at -2**62): node 2 gets 2**62; an edge
+    # 2 -> 3 would give node 3 2**63, beyond int64 (NumPy would wrap it), and the run
+    # stops with the map's message. (sssp's message, for a checked sum of two
+    # columns, is tested in test_algorithms.)
+    df = dd.Dataflow(engine=engine, loops=loops)
+    bh, base = df.new_input(["node", "v"])
+    eh, edges = df.new_input(["src", "dst"])
+    cap = base.iterate(lambda x: x.join(edges).map(
+        lambda n, v, d: (d, checked_sum(v, 2**62, "hop: beyond int64")), names=["n", "v"])
+        .concat(base).min("v", name="v")).capture()
+    bh.insert([0], [-2**62], time=0)
+    eh.insert([0, 1], [1, 2], time=0)
+    bh.advance_to(1)
+    eh.advance_to(1)
+    df.run()                                     # 2**62 itself fits
+    assert O.captured_at(cap, 0, 2) == {(0, -2**62): 1, (1, 0): 1, (2, 2**62): 1}
+    if engine == "native":
+        assert df._native.sequential == [loops == "sequential"]
+    eh.insert([2], [3], time=1)
+    bh.advance_to(2)
+    eh.advance_to(2)
+    with pytest.raises(OverflowError, match=r"^hop: beyond int64 \(in run\(\) number 2"):
+        df.run()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_sum_leaving_a_loop_runs_round_wise(engine):
+    # A sum on the way out of a loop (to its leave) is not taken by a sequential
+    # loop: the loop runs round-wise, with the same answer.
+    df = dd.Dataflow(engine=engine, loops="sequential")
+    h, c = df.new_input(["n", "v"])
+    # (x - x + c, inside the loop, plus one: converges to c + 1 at once)
+    cap = c.iterate(lambda x: x.negate().concat(x, c)
+                    .map(lambda n, v: (n, v + 1), names=["n", "v"])).capture()
+    h.insert([1, 2], [10, 20], time=0)
+    h.remove([1], [10], time=1)
+    h.advance_to(2)
+    df.run()
+    if engine == "native":
+        assert df._native.sequential == [False]
+    assert O.captured_at(cap, 0, 2) == {(1, 11): 1, (2, 21): 1}
+    assert O.captured_at(cap, 1, 2) == {(2, 21): 1}
