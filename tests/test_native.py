@@ -1797,6 +1797,48 @@ def test_runaway_loop_stops_on_ctrl_c(tmp_path, loops):
     assert out.split() == ["interrupted", "refused:", "True"], (out, err)
 
 
+@pytest.mark.parametrize("loops", ["sequential", "rounds"])
+def test_an_interrupt_while_the_engine_is_built_loses_nothing(monkeypatch, loops):
+    # Ctrl-C during the first run()'s build of the native engine (where a cold cache
+    # compiles kernels for the program: runtime.add_seq_loop, new_state) stops it
+    # before any input is drained: the next run() builds the engine again and takes
+    # every update exactly once. (Inside the run proper an interrupt fails the
+    # dataflow: test_runaway_loop_stops_on_ctrl_c.)
+    from ddnumba.kernels import runtime as rt
+    real = rt.new_state
+    calls = []
+
+    def interrupted(*args):
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return real(*args)
+
+    monkeypatch.setattr(rt, "new_state", interrupted)
+    df = _native_df(loops=loops)
+    ri, roots = df.new_input(["node"])
+    ei, edges = df.new_input(["src", "dst"])
+    cap = reach(roots, edges).capture()
+    ri.insert([0], time=0)
+    ei.insert([0, 1, 2], [1, 2, 3], time=0)
+    ei.remove([1], [2], time=1)
+    ri.advance_to(2)
+    ei.advance_to(2)
+    with pytest.raises(KeyboardInterrupt):
+        df.run()
+    assert df._native is None and len(calls) == 1
+    df.run()
+    assert isinstance(df._native, NativeEngine) and len(calls) == 2
+    assert df._native.sequential == [loops == "sequential"]
+    assert _as_set(cap, 0) == {(0,), (1,), (2,), (3,)}
+    assert _as_set(cap, 1) == {(0,), (1,)}
+    ei.insert([1], [2], time=2)
+    ri.advance_to(3)
+    ei.advance_to(3)
+    df.run()
+    assert _as_set(cap, 2) == {(0,), (1,), (2,), (3,)}
+
+
 @pytest.mark.parametrize("engine", ["python", "native", "auto"])
 def test_a_loop_whose_build_raised_leaves_nothing_behind(engine):
     # A loop body with a mistake (and one whose nested loop has it) raises while
