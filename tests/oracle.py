@@ -228,6 +228,14 @@ def captured_at(cap, t, width):
     return {tuple(r): c for r, c in zip(zip(*cols), counts)}
 
 
+def check_at_times(cap, width, times, streams, reference, label):
+    """``cap`` at each of ``times`` (1-D) against ``reference`` applied to the
+    accumulations of ``streams`` (lists of ``(row, time, diff)``) at that time."""
+    for s in times:
+        accs = [accumulate_at([(r, (x,), d) for r, x, d in rows], (s,)) for rows in streams]
+        assert captured_at(cap, s, width) == reference(*accs), f"{label} at t={s}"
+
+
 def fixed_point(step, x, rounds):
     """``x`` stepped by ``step`` until it stops changing, within ``rounds`` steps (a
     loop's brute-force answer)."""

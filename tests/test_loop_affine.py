@@ -217,11 +217,8 @@ def test_loops_adding_along_paths_match_the_fixed_point(engine, op, agg, seed):
         eh.advance_to(t + 4)
         bh.advance_to(t + 4)
         df.run()
-        for s in range(0 if run == 0 else t + 1, t + 4):
-            e = O.accumulate_at([(r, (x,), d) for r, x, d in erows], (s,))
-            b = O.accumulate_at([(r, (x,), d) for r, x, d in brows], (s,))
-            want = _ref_fixed_point(op, agg, e, b)
-            assert O.captured_at(cap, s, 2) == want, f"{op}/{agg} at t={s}"
+        O.check_at_times(cap, 2, range(0 if run == 0 else t + 1, t + 4), [erows, brows],
+                         lambda e, b: _ref_fixed_point(op, agg, e, b), f"{op}/{agg}")
         t += 3
     if engine == "native":
         assert df._native.sequential == [True], "the loop did not run sequentially"

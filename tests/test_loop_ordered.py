@@ -129,11 +129,8 @@ def test_loop_extremes_over_big_groups_match_the_fixed_point(engine, op, seed):
         eh.advance_to(t + 4)
         bh.advance_to(t + 4)
         df.run()
-        for s in range(0 if run == 0 else t + 1, t + 4):
-            e = O.accumulate_at([(r, (x,), d) for r, x, d in erows], (s,))
-            b = O.accumulate_at([(r, (x,), d) for r, x, d in brows], (s,))
-            want = _ref_fixed_point(op, e, b)
-            assert O.captured_at(cap, s, width) == want, f"{op} at t={s}"
+        O.check_at_times(cap, width, range(0 if run == 0 else t + 1, t + 4),
+                         [erows, brows], lambda e, b: _ref_fixed_point(op, e, b), op)
         t += 3
     if engine == "native":
         assert all(df._native.sequential), "the loop did not run sequentially"
