@@ -264,7 +264,12 @@ class Collection:
                              f"{expect}")
 
     def filter(self, predicate):
-        """Keep rows where ``predicate(*columns)`` (a boolean mask) is True."""
+        """Keep rows where ``predicate(*columns)`` (a boolean mask) is True.
+
+        The native engine also calls ``predicate`` on symbolic columns: inside a loop,
+        a conjunction (``&``) of comparisons of columns, sums and constants
+        (``lambda n, d: d <= 3``) runs in the compiled loop without it (see
+        ``FilterNode.affine``)."""
         _check_takes(predicate, self.arity, "filter", self._columns_said())
         return self._new(_linear.FilterNode(self.scope, self._node, predicate), self.names)
 

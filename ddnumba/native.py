@@ -399,26 +399,27 @@ def _sequential(lp, mode):
             if getattr(node, "spec", None) is None:
                 return False
             continue
-        if isinstance(node, L.MapNode) and node.affine() is not None:
+        if isinstance(node, (L.MapNode, L.FilterNode)) and node.affine() is not None:
             continue
         return False
     # Maps in a row compose into one sum per column (_compose), which a leave takes
-    # only as a projection: try every path through the linear operators.
-    def paths(node, cols, seen):
+    # only as a projection and unfiltered: try every path through the linear
+    # operators.
+    def paths(node, cols, preds, seen):
         for c, _ in node.consumers:
+            nxt, more = cols, preds
             if isinstance(c, L.MapNode):
                 nxt = _compose(cols, c.affine())
-            elif isinstance(c, (L.ConcatNode, L.NegateNode, FeedbackNode)):
-                nxt = cols
-            else:
-                if isinstance(c, LeaveNode) and not _is_projection(cols):
-                    raise Unsupported(f"a sum of columns leaving loop {lp.child.name!r}")
+            elif isinstance(c, L.FilterNode):
+                more = preds + _compose_filter(cols, c.affine())
+            elif not isinstance(c, (L.ConcatNode, L.NegateNode, FeedbackNode)):
+                _route_words(cols, preds, isinstance(c, LeaveNode))
                 continue
             if id(c) not in seen:
-                paths(c, nxt, seen | {id(c)})
+                paths(c, nxt, more, seen | {id(c)})
     try:
         for node in lp.child.nodes:
-            paths(node, _identity(node.arity), {id(node)})
+            paths(node, _identity(node.arity), [], {id(node)})
     except Unsupported:
         return False
     return True
@@ -460,18 +461,41 @@ def _compose(cols, terms):
     return out
 
 
-def _route_words(terms):
+def _compose_filter(cols, clauses):
+    """A filter's comparisons (:meth:`~ddnumba.operators.linear.FilterNode.affine`)
+    over the columns of the rows a route starts from (see _compose)."""
+    out = []
+    for left, op, right in clauses:
+        left, right = _compose(cols, [left, right])
+        out.append((left, op, right))
+    return out
+
+
+def _term_words(term):
+    from ddnumba.kernels import seqloop as S
+    c, k, m = term
+    return [S.A_WRAP if m is None else S.A_CHECKED, c[0] if len(c) > 0 else -1,
+            c[1] if len(c) > 1 else -1, k]
+
+
+def _route_words(terms, preds=(), leave=False):
     """A route's columns for :mod:`ddnumba.kernels.seqloop`: one word a column (the
     source column) for a projection, else seqloop.AFW words a column (kind, first
-    column, second column, constant; see seqloop.A_WRAP), and whether it is the
-    latter."""
-    from ddnumba.kernels import seqloop as S
-    if _is_projection(terms):
+    column, second column, constant; see seqloop.A_WRAP) followed by the filters'
+    comparisons; and whether it is the latter (R_AFF). Raises Unsupported for a
+    leave's route that is not a projection, and for one that both filters and holds
+    a checked sum (whether a row that overflows is filtered out first depends on the
+    order of the two: such a loop runs round-wise)."""
+    if _is_projection(terms) and not preds:
         return [c[0] for c, _, _ in terms], 0
-    words = []
-    for c, k, m in terms:
-        words.extend([S.A_WRAP if m is None else S.A_CHECKED,
-                      c[0] if len(c) > 0 else -1, c[1] if len(c) > 1 else -1, k])
+    if leave:
+        raise Unsupported("a sum of columns or a filter leaving a loop")
+    if preds and any(t[2] is not None for t in terms + [x for p in preds
+                                                         for x in (p[0], p[2])]):
+        raise Unsupported("a filter and a checked sum on one route")
+    words = [w for t in terms for w in _term_words(t)] + [len(preds)]
+    for left, op, right in preds:
+        words += _term_words(left) + [op] + _term_words(right)
     return words, 1
 
 
@@ -491,7 +515,7 @@ def _seq_program(li, lp, ids, kind, prm):
         widths.append(w)
         return len(widths) - 1
 
-    linear = (L.MapNode, L.ConcatNode, L.NegateNode)
+    linear = (L.MapNode, L.FilterNode, L.ConcatNode, L.NegateNode)
 
     def sinks(node):
         """The nodes ``node`` reaches through linear operators."""
@@ -599,23 +623,24 @@ def _seq_program(li, lp, ids, kind, prm):
     routes, proj, chain = [], [], []
     messages = []                   # those of the checked sums (seqloop.OVF_MAP)
 
-    def walk(src_i, node, cols, sign, shift, path):
+    def walk(src_i, node, cols, sign, shift, path, preds):
         for c, _ in node.consumers:
             if isinstance(c, L.MapNode):
-                walk(src_i, c, _compose(cols, c.affine()), sign, shift, path + [c])
+                walk(src_i, c, _compose(cols, c.affine()), sign, shift, path + [c], preds)
+            elif isinstance(c, L.FilterNode):
+                walk(src_i, c, cols, sign, shift, path + [c],
+                     preds + _compose_filter(cols, c.affine()))
             elif isinstance(c, L.ConcatNode):
-                walk(src_i, c, cols, sign, shift, path + [c])
+                walk(src_i, c, cols, sign, shift, path + [c], preds)
             elif isinstance(c, L.NegateNode):
-                walk(src_i, c, cols, -sign, shift, path + [c])
+                walk(src_i, c, cols, -sign, shift, path + [c], preds)
             elif isinstance(c, FeedbackNode) and id(c) in folded:
-                walk(src_i, c, cols, sign, shift + 1, path + [c])
+                walk(src_i, c, cols, sign, shift + 1, path + [c], preds)
             elif isinstance(c, (ArrangeNode, L.ConsolidateNode, FeedbackNode, LeaveNode)):
                 sink = lid[id(c)]
                 leave = isinstance(c, LeaveNode)
-                if leave and not _is_projection(cols):
-                    raise Unsupported("a sum of columns leaving a loop")   # (_sequential)
                 into = 1 if isinstance(c, FeedbackNode) else 0
-                words, aff = _route_words(cols)
+                words, aff = _route_words(cols, preds, leave)   # (_sequential checked)
                 if aff:
                     messages.extend(m for _, _, m in cols if m is not None)
                 routes.append([sink, sign, shift + into, len(proj), len(cols),
@@ -629,7 +654,7 @@ def _seq_program(li, lp, ids, kind, prm):
     for i, node in enumerate(local):
         if NP[i, S.P_KIND] in (S.S_ENTER, S.S_JOIN, S.S_REDUCE, S.S_CONSOL, S.S_FEEDBACK):
             first = len(routes)
-            walk(i, node, _identity(node.arity), 1, 0, [])
+            walk(i, node, _identity(node.arity), 1, 0, [], [])
             NP[i, S.P_ROFF] = first
             NP[i, S.P_RN] = len(routes) - first
     # A reduce reading an unsorted delta corrects a key once per row of it, so its

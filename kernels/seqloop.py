@@ -14,10 +14,11 @@ updates at the same times.
 The loop program. :mod:`ddnumba.native` compiles a loop into *local nodes* in
 schedule order -- enters, arrangements, joins, reduces, consolidates and feedbacks,
 plus the leaves that take its results out -- and *routes*: the linear operators
-between them (projections, concatenations, negations, and maps that add columns
-or constants, ``lambda n, k, d: (d, k + 1)``) fold into a route from an emitting
-node to a *sink* (an arrangement, consolidate, feedback or leave), a column map
-(each column a source column or a sum, R_AFF) with a sign and an iteration shift.
+between them (projections, concatenations, negations, maps that add columns or
+constants, ``lambda n, k, d: (d, k + 1)``, and filters comparing such sums) fold into
+a route from an emitting node to a *sink* (an arrangement, consolidate, feedback or
+leave), a column map (each column a source column or a sum, R_AFF; a filter's
+comparisons) with a sign and an iteration shift.
 A feedback is folded into the routes through it (+1 to their shift) unless its rows
 reach another feedback; such a feedback stays a sink (+1 into it). Emitting writes each route's rows into its sink's queue; nothing
 else happens between stateful operators.
@@ -157,14 +158,17 @@ R_CLEN = 6
 R_BUF = 7       # the sink's queue buffer
 R_LEAVE = 8     # 1: the sink is a leave (rows carry the outer time)
 R_AFF = 9       # 0: proj holds a column a column (a projection); 1: AFW words a
-                # column, a sum (the maps passed add columns or constants; not leaves)
+                # column, a sum (the maps passed add columns or constants), then the
+                # comparisons of the filters passed (not into leaves)
 RTW = 10
 
-# The columns of a route with R_AFF: (kind, a, b, k) each, a and b columns of the
-# emitted data (-1: none).
+# The terms of a route with R_AFF: (kind, a, b, k) each, a and b columns of the
+# emitted data (-1: none). After its columns' terms: the number of comparisons, then
+# each: a term, CMP_LT ... CMP_NE, a term (a row goes on when all of them hold).
 A_WRAP = 0      # src[a] + src[b] + k, wrapping as NumPy's int64 arithmetic does
 A_CHECKED = 1   # src[a] + src[b] (b = -1: src[a] + k), OVF_MAP when it leaves int64
 AFW = 4
+CMP_LT, CMP_LE, CMP_GT, CMP_GE, CMP_EQ, CMP_NE = 0, 1, 2, 3, 4, 5   # (operators.linear)
 #: the error of a checked sum (ddnumba.native raises the map's own message instead)
 MAP_OVERFLOW = "map: a checked sum leaves int64 (in a loop)"
 
@@ -413,12 +417,10 @@ def _route_head(src, r, dst, k, sign, shift, best):
 
 
 @leaf
-def _route_copy(src, n, dst, o, proj, poff, plen, sign, shift, aff):
+def _route_copy(src, n, dst, o, proj, poff, plen, sign, shift):
     """Rows ``src[:n]`` through a route into ``dst`` from row ``o`` (a sink in the
-    loop; leaves: ``_leave_copy``); returns the least iteration written (INF for
-    none), -1 when a negation overflows or -2 when a checked sum does (R_AFF)."""
-    if aff != 0:
-        return _route_sums(src, n, dst, o, proj, poff, plen, sign, shift)
+    loop; leaves: ``_leave_copy``; sums and filters: ``_route_sums``); returns the
+    least iteration written (INF for none), or -1 when a negation overflows."""
     best = INF
     for r in range(n):
         best = _route_head(src, r, dst, o + r, sign, shift, best)
@@ -429,31 +431,70 @@ def _route_copy(src, n, dst, o, proj, poff, plen, sign, shift, aff):
     return best
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _term(proj, w, src, r):
+    """The term at ``proj[w:w + AFW]`` (see A_WRAP) of row ``r`` of ``src``:
+    ``(value, overflowed)``."""
+    a = proj[w + 1]
+    b = proj[w + 2]
+    if proj[w] == A_WRAP:
+        v = proj[w + 3]
+        if a >= 0:
+            v += src[r, 2 + a]
+        if b >= 0:
+            v += src[r, 2 + b]
+        return v, False
+    return add_checked(src[r, 2 + a], src[r, 2 + b] if b >= 0 else proj[w + 3])
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _holds(x, op, y):
+    """Comparison ``op`` (CMP_LT ... CMP_NE) of ``x`` and ``y``."""
+    if op == CMP_LT:
+        return x < y
+    if op == CMP_LE:
+        return x <= y
+    if op == CMP_GT:
+        return x > y
+    if op == CMP_GE:
+        return x >= y
+    if op == CMP_EQ:
+        return x == y
+    return x != y
+
+
 @leaf
-def _route_sums(src, n, dst, o, proj, poff, plen, sign, shift):
-    """:func:`_route_copy` of a route whose columns are sums (R_AFF: AFW words a
-    column at ``proj[poff:]``)."""
+def _route_sums(src, n, dst, o, proj, poff, plen, sign, shift, cn, slot):
+    """:func:`_route_copy` of a route with sums or filters (R_AFF: AFW words a column
+    at ``proj[poff:]``, then the number of comparisons and theirs, see A_WRAP): the
+    rows every comparison holds for, from row ``o``. Sets ``cn[slot]`` to the row
+    after the last one written; returns the least iteration written (INF for none), -1
+    when a negation overflows or -2 when a checked sum does (a route with a checked
+    sum has no comparisons: ddnumba.native)."""
     best = INF
+    pw = poff + AFW * plen
+    npred = proj[pw]
+    k = o
     for r in range(n):
-        best = _route_head(src, r, dst, o + r, sign, shift, best)
+        keep = True
+        w = pw + 1
+        for _ in range(npred):
+            x, _ov = _term(proj, w, src, r)
+            y, _ov = _term(proj, w + AFW + 1, src, r)
+            keep &= _holds(x, proj[w + AFW], y)
+            w += 2 * AFW + 1
+        if not keep:
+            continue
+        best = _route_head(src, r, dst, k, sign, shift, best)
         if best < 0:
             return -1
         for c in range(plen):
-            w = poff + AFW * c
-            a = proj[w + 1]
-            b = proj[w + 2]
-            if proj[w] == A_WRAP:
-                v = proj[w + 3]
-                if a >= 0:
-                    v += src[r, 2 + a]
-                if b >= 0:
-                    v += src[r, 2 + b]
-            else:
-                v, ov = add_checked(src[r, 2 + a],
-                                    src[r, 2 + b] if b >= 0 else proj[w + 3])
-                if ov:
-                    return -2
-            dst[o + r, 2 + c] = v
+            v, ov = _term(proj, poff + AFW * c, src, r)
+            if ov:
+                return -2
+            dst[k, 2 + c] = v
+        k += 1
+    cn[slot] = k
     return best
 
 
@@ -536,12 +577,16 @@ def _emit(nodes, lp, bufs, cn, ln, sx, n, t):
                 return OVF_NEG
             cn[_bn(q)] = k
         else:
-            best = _route_copy(src, n, dst, nq, lp, po + lp[rt + R_POFF],
-                               lp[rt + R_PLEN], lp[rt + R_SIGN], lp[rt + R_SHIFT],
-                               lp[rt + R_AFF])
+            if lp[rt + R_AFF] == 0:
+                best = _route_copy(src, n, dst, nq, lp, po + lp[rt + R_POFF],
+                                   lp[rt + R_PLEN], lp[rt + R_SIGN], lp[rt + R_SHIFT])
+                cn[_bn(q)] = nq + n
+            else:       # (sets the queue's row count)
+                best = _route_sums(src, n, dst, nq, lp, po + lp[rt + R_POFF],
+                                   lp[rt + R_PLEN], lp[rt + R_SIGN], lp[rt + R_SHIFT], cn,
+                                   _bn(q))
             if best < 0:
                 return OVF_NEG if best == -1 else OVF_MAP
-            cn[_bn(q)] = nq + n
             if best < cn[_bmin(q)]:
                 cn[_bmin(q)] = best
         for c in range(co + lp[rt + R_COFF], co + lp[rt + R_COFF] + lp[rt + R_CLEN]):

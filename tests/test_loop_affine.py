@@ -1,9 +1,11 @@
-"""Maps that add columns or constants (``lambda n, k, d: (d, k + 1)``) inside loops.
+"""Maps that add columns or constants (``lambda n, k, d: (d, k + 1)``), and filters
+comparing such sums (``lambda n, d: d <= 3``), inside loops.
 
-:meth:`MapNode.affine` traces such a map on symbolic columns; the native engine's
-sequential loops then run it in compiled code, as a sum in the route it lies on
-(``kernels.seqloop._route_copy``), instead of sending the loop round-wise with a Python
-callback per round. ``bfs`` and ``sssp`` are such loops.
+:meth:`MapNode.affine` and :meth:`FilterNode.affine` trace them on symbolic columns;
+the native engine's sequential loops then run them in compiled code, as sums and
+comparisons in the route they lie on (``kernels.seqloop._route_sums``), instead of
+sending the loop round-wise with a Python callback per round. ``bfs`` and ``sssp`` are
+such loops.
 
 The oracle tests propagate values along the edges of a DAG (nodes ``0..N-1``, edges
 from a smaller node to a larger one), adding to them on every hop, so the loops
@@ -15,6 +17,7 @@ import pytest
 import ddnumba as dd
 from ddnumba import algorithms as alg
 from ddnumba.native import Unsupported, _compose, _identity
+from ddnumba.operators import linear as L
 from ddnumba.operators.linear import _wrap64, checked_sum
 
 import oracle as O
@@ -72,6 +75,61 @@ def test_a_map_that_is_not_a_sum_is_not_traced(f):
     assert _map_terms(f) is None
 
 
+def _filter_clauses(pred, arity_in=3):
+    df = dd.Dataflow(engine="python")
+    _, c = df.new_input([f"c{i}" for i in range(arity_in)])
+    return c.filter(pred)._node.affine()
+
+
+A, B, X = ((0,), 0, None), ((1,), 0, None), ((2,), 0, None)
+
+
+@pytest.mark.parametrize("pred, want", [
+    (lambda a, b, x: a < 3, [(A, L.CMP_LT, ((), 3, None))]),
+    (lambda a, b, x: 3 < a, [(A, L.CMP_GT, ((), 3, None))]),
+    (lambda a, b, x: (a + 1 <= b) & (x != 2),
+     [(((0,), 1, None), L.CMP_LE, B), (X, L.CMP_NE, ((), 2, None))]),
+    (lambda a, b, x: (a >= x) & (b == 0) & (b + x > -5),
+     [(A, L.CMP_GE, X), (B, L.CMP_EQ, ((), 0, None)), (((1, 2), 0, None), L.CMP_GT,
+                                                         ((), -5, None))]),
+])
+def test_a_filter_of_comparisons_is_traced(pred, want):
+    assert _filter_clauses(pred) == want
+
+
+@pytest.mark.parametrize("pred", [
+    lambda a, b, x: (a < 3) | (b > 1),
+    lambda a, b, x: ~(a < 3),
+    lambda a, b, x: (a < 3) and (b > 1),        # truth of a comparison
+    lambda a, b, x: np.logical_and(a < 3, b > 1),
+    lambda a, b, x: a * 2 < 3,
+    lambda a, b, x: a < 2**63,                  # a constant beyond int64
+    lambda a, b, x: a,                          # not a mask
+    lambda a, b, x: np.ones(len(a), bool),
+    # tells symbolic columns from arrays: the random check disagrees
+    lambda a, b, x: a < (3 if isinstance(a, np.ndarray) else 0),
+])
+def test_a_filter_that_is_not_comparisons_is_not_traced(pred):
+    assert _filter_clauses(pred) is None
+
+
+def test_the_comparisons_agree_with_the_kernels():
+    from ddnumba.kernels import seqloop as S
+    assert [S.CMP_LT, S.CMP_LE, S.CMP_GT, S.CMP_GE, S.CMP_EQ, S.CMP_NE] == \
+        [L.CMP_LT, L.CMP_LE, L.CMP_GT, L.CMP_GE, L.CMP_EQ, L.CMP_NE] == list(range(6))
+
+
+def test_a_filter_after_maps_compares_their_sums():
+    from ddnumba.native import _compose_filter
+    hop = _compose(_identity(4), [((2,), 0, None), ((1, 3), -7, None)])   # (d, v + w - 7)
+    assert _compose_filter(hop, [(B, L.CMP_LE, ((), 5, None)),
+                                 (A, L.CMP_NE, ((1,), 1, None))]) == [
+        (((1, 3), -7, None), L.CMP_LE, ((), 5, None)),
+        (((2,), 0, None), L.CMP_NE, ((1, 3), -6, None))]
+    with pytest.raises(Unsupported):                  # v + w - 7 + d: three columns
+        _compose_filter(hop, [(((0, 1), 0, None), L.CMP_LT, ((), 0, None))])
+
+
 def test_composed_maps_stay_one_sum_or_are_refused():
     cols = _identity(3)
     hop = _compose(cols, [((2,), 0, None), ((0,), 1, None), ((0, 1), 5, None)])
@@ -100,11 +158,13 @@ def test_a_route_computes_its_sums_row_by_row():
              S.A_WRAP, 1, 0, BIG,            # c1 + c0 + BIG (wraps)
              S.A_WRAP, -1, -1, 7,            # 7
              S.A_CHECKED, 0, 1, 0,           # c0 + c1, checked
-             S.A_CHECKED, 2, -1, -1]         # c2 - 1, checked
+             S.A_CHECKED, 2, -1, -1,         # c2 - 1, checked
+             0]                              # no comparisons
     proj = np.array([99] + words, np.int64)
     dst = np.zeros((3, 7), np.int64)
-    best = S._route_copy(src, 2, dst, 1, proj, 1, 5, -1, 2, 1)
-    assert best == 5
+    cn = np.zeros(3, np.int64)
+    best = S._route_sums(src, 2, dst, 1, proj, 1, 5, -1, 2, cn, 2)
+    assert best == 5 and cn.tolist() == [0, 0, 3]
     w = [_wrap64(v) for v in (-4 + 10 + BIG, 9 - 7 + BIG)]
     assert dst[1:].tolist() == [[5, -2, 11, w[0], 7, 6, 2**62 - 1],
                                 [6, 1, -6, w[1], 7, 2, 2**62 - 1]]
@@ -113,12 +173,34 @@ def test_a_route_computes_its_sums_row_by_row():
     over = np.array(proj)
     over[1 + 4 * 4 + 3] = 0
     over[1 + 4 * 4 + 2] = 2                  # c2 + c2 = 2**63
-    assert S._route_copy(src, 2, dst, 0, over, 1, 5, 1, 0, 1) == -2
-    # the same words read as a projection: one column each
+    assert S._route_sums(src, 2, dst, 0, over, 1, 5, 1, 0, cn, 0) == -2
+    # a projection: one word a column
     proj1 = np.array([2, 0], np.int64)
     dst1 = np.zeros((2, 4), np.int64)
-    assert S._route_copy(src, 2, dst1, 0, proj1, 0, 2, 1, 0, 0) == 3
+    assert S._route_copy(src, 2, dst1, 0, proj1, 0, 2, 1, 0) == 3
     assert dst1.tolist() == [[3, 2, 2**62, 10], [4, -1, 2**62, -7]]
+
+
+@pytest.mark.parametrize("op, keeps", [
+    ("CMP_LT", [1]), ("CMP_LE", [0, 1]), ("CMP_GT", [2]), ("CMP_GE", [0, 2]),
+    ("CMP_EQ", [0]), ("CMP_NE", [1, 2])])
+def test_a_route_keeps_the_rows_its_comparisons_hold_for(op, keeps):
+    # Rows (iteration, diff, c0, c1); c0 + 1 is compared with c1 + 3 (5 vs 5, 3 vs
+    # 10, 9 vs 0, 6 vs 5), and c0 != 5 drops the last row whatever the first says.
+    from ddnumba.kernels import seqloop as S
+    src = np.array([[0, 1, 4, 2], [1, 1, 2, 7], [2, 1, 8, -3], [3, 1, 5, 2]], np.int64)
+    words = [S.A_WRAP, 1, -1, 0,                        # the output: c1
+             2,                                         # two comparisons
+             S.A_WRAP, 0, -1, 1, getattr(S, op), S.A_WRAP, 1, -1, 3,
+             S.A_WRAP, 0, -1, 0, S.CMP_NE, S.A_WRAP, -1, -1, 5]
+    proj = np.array(words, np.int64)
+    dst = np.full((7, 3), -1, np.int64)
+    cn = np.zeros(1, np.int64)
+    best = S._route_sums(src, 4, dst, 2, proj, 0, 1, 1, 0, cn, 0)
+    assert cn[0] == 2 + len(keeps)
+    assert best == min(keeps)
+    assert dst[2:cn[0]].tolist() == [[k, 1, int(src[k, 3])] for k in keeps]
+    assert (dst[cn[0]:] == -1).all() and (dst[:2] == -1).all()
 
 
 # -------------------------------------------------------------------------- oracle
@@ -143,16 +225,32 @@ def _hop(op):
     if op == "checked":
         return (lambda n, v, d, w: (d, checked_sum(v, w, "hop: leaves int64")),
                 lambda n, v, d, w: (d, _wsum(v, w)))
+    if op in ("bounded", "prefilter"):      # (their filters: _FILTERS)
+        return lambda n, v, d, w: (d, v + w), lambda n, v, d, w: (d, _wsum(v, w))
     # constants and a column, over two maps in a row (composed into one sum)
     return (lambda n, v, d, w: (d, v - 7 + w),
             lambda n, v, d, w: (d, _wsum(v, -7, w, 2)))
+
+
+# Filters, and their references on Python ints: "bounded" keeps the hops' sums up to
+# 5 (after the map), "prefilter" the join's rows with w != 3 and v + w < 80 (before).
+_FILTERS = {
+    "bounded": (lambda n, v: v <= 5, lambda row: row[1] <= 5),
+    "prefilter": (lambda n, v, d, w: (w != 3) & (v + w < 80),
+                  lambda row: row[3] != 3 and row[1] + row[3] < 80),
+}
 
 
 def _body(op, agg, edges, base):
     f, _ = _hop(op)
 
     def body(x):
-        hop = x.join(edges).map(f, names=["n", "v"])
+        joined = x.join(edges)
+        if op == "prefilter":
+            joined = joined.filter(_FILTERS[op][0])
+        hop = joined.map(f, names=["n", "v"])
+        if op == "bounded":
+            hop = hop.filter(_FILTERS[op][0])
         if op == "two":
             hop = hop.map(lambda n, v: (n, v + 2), names=["n", "v"])
         hop = hop.concat(base)
@@ -163,8 +261,15 @@ def _body(op, agg, edges, base):
 def _ref_fixed_point(op, agg, edges, base):
     _, g = _hop(op)
 
+    keep = _FILTERS[op][1] if op in _FILTERS else (lambda row: True)
+
     def step(x):
-        hop = O.ref_map(g, 4)(O.ref_join(x, edges))
+        joined = O.ref_join(x, edges)
+        if op == "prefilter":
+            joined = {r: c for r, c in joined.items() if keep(r)}
+        hop = O.ref_map(g, 4)(joined)
+        if op == "bounded":
+            hop = {r: c for r, c in hop.items() if keep(r)}
         cat = O.clean(O.ref_concat(hop, base))
         return O.clean(O.ref_min(cat, 0)) if agg == "min" else O.clean(O.ref_distinct(cat))
     return O.fixed_point(step, base, N + 3)    # (a DAG of N nodes settles in N + 1)
@@ -172,7 +277,8 @@ def _ref_fixed_point(op, agg, edges, base):
 
 @pytest.mark.parametrize("seed", [1, 2])
 @pytest.mark.parametrize("agg", ["min", "distinct"])
-@pytest.mark.parametrize("op", ["plus1", "weight", "wrap", "checked", "two"])
+@pytest.mark.parametrize("op", ["plus1", "weight", "wrap", "checked", "two", "bounded",
+                                "prefilter"])
 @pytest.mark.parametrize("engine", ENGINES)
 def test_loops_adding_along_paths_match_the_fixed_point(engine, op, agg, seed):
     rng = np.random.default_rng(seed)
@@ -277,19 +383,51 @@ def test_a_checked_sum_in_a_loop_raises_the_maps_message(engine, loops):
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_a_sum_leaving_a_loop_runs_round_wise(engine):
-    # A sum on the way out of a loop (to its leave) is not taken by a sequential
-    # loop: the loop runs round-wise, with the same answer.
+def test_a_filter_on_a_route_with_a_checked_sum_runs_round_wise(engine):
+    # Which of a checked sum's overflow and a filter comes first depends on their
+    # order on the route, which the compiled route does not keep: such a loop runs
+    # round-wise (here the filter drops the row whose sum would overflow).
+    df = dd.Dataflow(engine=engine, loops="sequential")
+    bh, base = df.new_input(["node", "v"])
+    eh, edges = df.new_input(["src", "dst"])
+    cap = base.iterate(lambda x: x.join(edges).filter(lambda n, v, d: v < 2**62).map(
+        lambda n, v, d: (d, checked_sum(v, 2**62, "hop: beyond int64")), names=["n", "v"])
+        .concat(base).min("v", name="v")).capture()
+    bh.insert([0, 5], [-2**62, 2**62], time=0)
+    eh.insert([0, 1, 5], [1, 2, 6], time=0)
+    bh.advance_to(1)
+    eh.advance_to(1)
+    df.run()
+    if engine == "native":
+        assert df._native.sequential == [False]
+    assert O.captured_at(cap, 0, 2) == {(0, -2**62): 1, (1, 0): 1, (2, 2**62): 1,
+                                        (5, 2**62): 1}
+
+
+@pytest.mark.parametrize("tail", ["sum", "filter"])
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_sum_or_filter_leaving_a_loop_runs_round_wise(engine, tail):
+    # A sum or a filter on the way out of a loop (to its leave) is not taken by a
+    # sequential loop: the loop runs round-wise, with the same answer.
     df = dd.Dataflow(engine=engine, loops="sequential")
     h, c = df.new_input(["n", "v"])
-    # (x - x + c, inside the loop, plus one: converges to c + 1 at once)
-    cap = c.iterate(lambda x: x.negate().concat(x, c)
-                    .map(lambda n, v: (n, v + 1), names=["n", "v"])).capture()
+    # (x - x + c, inside the loop, plus one or filtered: converges at once)
+    if tail == "sum":
+        cap = c.iterate(lambda x: x.negate().concat(x, c)
+                        .map(lambda n, v: (n, v + 1), names=["n", "v"])).capture()
+        want0, want1 = {(1, 11): 1, (2, 21): 1}, {(2, 21): 1}
+    else:
+        cap = c.iterate(lambda x: x.negate().concat(x, c)
+                        .filter(lambda n, v: v > 15)).capture()
+        want0, want1 = {(2, 20): 1}, {(2, 20): 1, (3, 30): 1}
     h.insert([1, 2], [10, 20], time=0)
     h.remove([1], [10], time=1)
+    h.insert([3], [30], time=1)
     h.advance_to(2)
     df.run()
     if engine == "native":
         assert df._native.sequential == [False]
-    assert O.captured_at(cap, 0, 2) == {(1, 11): 1, (2, 21): 1}
-    assert O.captured_at(cap, 1, 2) == {(2, 21): 1}
+    if tail == "sum":
+        want1 = {(2, 21): 1, (3, 31): 1}
+    assert O.captured_at(cap, 0, 2) == want0
+    assert O.captured_at(cap, 1, 2) == want1

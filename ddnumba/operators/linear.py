@@ -108,14 +108,74 @@ class _Column:
     def __pos__(self):
         return self
 
+    def _cmp(self, other, op):
+        return _Cond([(_term(self), op, _term(other))])
+
+    def __lt__(self, other):
+        return self._cmp(other, CMP_LT)
+
+    def __le__(self, other):
+        return self._cmp(other, CMP_LE)
+
+    def __gt__(self, other):
+        return self._cmp(other, CMP_GT)
+
+    def __ge__(self, other):
+        return self._cmp(other, CMP_GE)
+
+    def __eq__(self, other):
+        return self._cmp(other, CMP_EQ)
+
+    def __ne__(self, other):
+        return self._cmp(other, CMP_NE)
+
     def _refuse(self, *args, **kwargs):
         raise _NotAffine
 
     (__rsub__, __mul__, __rmul__, __neg__, __abs__, __invert__, __bool__, __index__,
-     __int__, __float__, __len__, __iter__, __getitem__, __array__, __lt__, __le__,
-     __gt__, __ge__, __and__, __or__, __xor__, __lshift__, __rshift__, __floordiv__,
-     __truediv__, __mod__, __pow__, __eq__, __ne__) = (_refuse,) * 29
+     __int__, __float__, __len__, __iter__, __getitem__, __array__, __and__, __or__,
+     __xor__, __lshift__, __rshift__, __floordiv__, __truediv__, __mod__,
+     __pow__) = (_refuse,) * 23
     __hash__ = None
+
+
+#: comparisons of a traced filter (:meth:`FilterNode.affine`), as kernels.seqloop
+#: evaluates them
+CMP_LT, CMP_LE, CMP_GT, CMP_GE, CMP_EQ, CMP_NE = range(6)
+_CMP_NP = [np.less, np.less_equal, np.greater, np.greater_equal, np.equal, np.not_equal]
+
+
+def _term(x):
+    """A traced column, or an int constant, as a term of :meth:`MapNode.affine`."""
+    if isinstance(x, _Column):
+        return (x.cols, x.const, x.checked)
+    return ((), _constant(x), None)
+
+
+class _Cond:
+    """A filter predicate traced symbolically (:meth:`FilterNode.affine`): the
+    conjunction (``&``) of comparisons ``(left, op, right)`` of terms. Every other use
+    raises _NotAffine (``and``, ``|``, ``~``, truth)."""
+    __slots__ = ("clauses",)
+    __array_ufunc__ = None
+
+    def __init__(self, clauses):
+        self.clauses = list(clauses)
+
+    def __and__(self, other):
+        if not isinstance(other, _Cond):
+            raise _NotAffine
+        return _Cond(self.clauses + other.clauses)
+
+    def _refuse(self, *args, **kwargs):
+        raise _NotAffine
+
+    (__rand__, __or__, __ror__, __xor__, __rxor__, __invert__, __bool__, __len__,
+     __iter__, __array__, __eq__, __ne__) = (_refuse,) * 12
+    __hash__ = None
+
+    def __getattr__(self, name):
+        raise _NotAffine
 
     def __getattr__(self, name):
         raise _NotAffine
@@ -163,6 +223,42 @@ def affine_values(terms, data):
                     raise OverflowError(message)
             out[:, i] = v
     return out
+
+
+def affine_mask(clauses, data):
+    """The rows of ``data`` that the clauses of :meth:`FilterNode.affine` keep."""
+    keep = np.ones(data.shape[0], bool)
+    for left, op, right in clauses:
+        v = affine_values([left, right], data)
+        keep &= _CMP_NP[op](v[:, 0], v[:, 1])
+    return keep
+
+
+def _traced(f, arity_in):
+    """``f`` called on symbolic columns (:class:`_Column`), or None if it raised."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return f(*[_Column((i,)) for i in range(arity_in)])
+    except Exception:
+        return None
+
+
+def _agrees(f, arity_in, expected, low, high):
+    """Whether ``f`` on random columns (twice, values in ``[low, high)``) gives what
+    ``expected(data)`` says (a traced map's or filter's check); False if it raised."""
+    rng = np.random.default_rng(54321)
+    for _ in range(2):
+        data = rng.integers(low, high, (16, arity_in))
+        try:
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                got = f(*column_views(data.copy()))
+                if not expected(data, got):
+                    return False
+        except Exception:
+            return False
+    return True
 
 
 class MapNode(Node):
@@ -235,37 +331,21 @@ class MapNode(Node):
         if p is not None:
             self._affine = [((c,), 0, None) for c in p]
             return self._affine
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                out = self.f(*[_Column((i,)) for i in range(arity_in)])
-        except Exception:
+        out = _traced(self.f, arity_in)
+        if out is None:
             return None
         if not isinstance(out, (tuple, list)):
             out = (out,)
         if len(out) != self.arity:
             return None
-        terms = []
-        for o in out:
-            if isinstance(o, _Column):
-                terms.append((o.cols, o.const, o.checked))
-            else:
-                try:
-                    terms.append(((), _constant(o), None))
-                except _NotAffine:
-                    return None
-        rng = np.random.default_rng(54321)
-        for _ in range(2):
-            data = rng.integers(-2**40, 2**40, (5, arity_in))
-            try:
-                with np.errstate(all="ignore"), warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    got = columns_to_matrix(self.f(*column_views(data.copy())), 5, "map",
-                                            self.arity)
-                if not np.array_equal(got, affine_values(terms, data)):
-                    return None
-            except Exception:
-                return None
+        try:
+            terms = [_term(o) for o in out]
+        except _NotAffine:
+            return None
+        if not _agrees(self.f, arity_in, lambda data, got: np.array_equal(
+                columns_to_matrix(got, len(data), "map", self.arity),
+                affine_values(terms, data)), -2**40, 2**40):
+            return None
         self._affine = terms
         return terms
 
@@ -290,6 +370,33 @@ class FilterNode(Node):
         if mask.all():
             return u
         return u.take(mask)
+
+
+    def affine(self):
+        """The predicate as comparisons of sums, when ``pred`` is one or a conjunction
+        (``&``) of them: a list of ``(left, op, right)``, ``left`` and ``right`` terms
+        of :meth:`MapNode.affine` (a column, a sum, a checked sum or a constant) and
+        ``op`` one of CMP_LT ... CMP_NE; else None. Traced on symbolic columns, then
+        checked on random columns. Sequential loops run such filters in compiled code
+        (``lambda n, d: d < 10``)."""
+        cached = getattr(self, "_affine", False)
+        if cached is not False:
+            return cached
+        self._affine = None
+        arity_in = self.inputs[0].arity
+        out = _traced(self.pred, arity_in)
+        if not isinstance(out, _Cond):
+            return None
+        clauses = out.clauses
+
+        def same(data, got):
+            got = np.asarray(got)
+            return got.dtype == np.bool_ and got.shape == (len(data),) and \
+                np.array_equal(got, affine_mask(clauses, data))
+        if not _agrees(self.pred, arity_in, same, -4, 4):
+            return None
+        self._affine = clauses
+        return clauses
 
 
 class FlatMapNode(Node):
