@@ -25,6 +25,15 @@ def _advance_and_time(bench, steps):
     return time.perf_counter() - a
 
 
+class _RunOnce:
+    """asv settings of the suites that time their runs themselves after one setup
+    (asv would re-run ``setup`` between calls) and report the result: one call, no
+    repeats, ten minutes at most."""
+    timeout = 600
+    number = 1
+    repeat = 1
+
+
 def _updates(n=N, keys=10_000, seed=1):
     rng = np.random.default_rng(seed)
     return rng.integers(0, keys, n), rng.integers(0, 1_000_000, n)
@@ -186,7 +195,7 @@ class CaptureCompact:
         node.compact(np.array([[self.t]]))
 
 
-class CountIngest:
+class CountIngest(_RunOnce):
     """Ingest through a root ``count``: runs of 200,000 ``(user, item)`` rows spread
     over 1,000 times each (200,000 users, 100,000 items: nearly every row a new value
     of its key), counted per user into a self-compacting capture; the median of 8
@@ -197,9 +206,6 @@ class CountIngest:
 
     params = [200_000]
     param_names = ["rows"]
-    timeout = 600
-    number = 1
-    repeat = 1
 
     def setup(self, rows):
         self.rng = np.random.default_rng(8)
@@ -231,7 +237,7 @@ class CountIngest:
     track_seconds_per_run.unit = "seconds"
 
 
-class _RootRuns:
+class _RootRuns(_RunOnce):
     """Runs of B changes to input ``a`` (rows ``(k, x)``, ``NA`` of them over ``K``
     keys and ``X`` values), each change one row removed and one inserted at its own
     time; every input in ``self.inputs`` advances with the runs. A run's latency is
@@ -239,9 +245,6 @@ class _RootRuns:
 
     params = [[10, 1000, 10000]]
     param_names = ["batch"]
-    timeout = 600
-    number = 1
-    repeat = 1
     NA, K, X = 200_000, 50_000, 100
 
     def _load_a(self, rng):
@@ -375,7 +378,7 @@ class RootOrdered(_RootRuns):
     track_changes_per_s.unit = "changes/s"
 
 
-class RootExtremes:
+class RootExtremes(_RunOnce):
     """``min``, ``max`` and ``top_k(3)`` of one key holding G values, outside loops,
     then runs of B changes, each at its own time: the current smallest and largest
     values retracted, random ones inserted. A run reads only the first rows of the
@@ -388,9 +391,6 @@ class RootExtremes:
 
     params = [[1_000, 1_000_000], [1, 100], ["native", "python"]]
     param_names = ["group", "batch", "engine"]
-    timeout = 600
-    number = 1
-    repeat = 1
 
     def setup(self, g, b, engine):
         self.rng = rng = np.random.default_rng(13)
@@ -432,7 +432,7 @@ class RootExtremes:
     track_ms_per_run.unit = "ms"
 
 
-class RootTakeMin:
+class RootTakeMin(_RunOnce):
     """A priority queue: ``min`` and ``top_k(3)`` of one key holding 1e6 values, outside
     loops, after P runs that each took the current smallest value out (at its own
     time). The values taken out stay in the trace until a merge meets the batch that put
@@ -443,9 +443,6 @@ class RootTakeMin:
 
     params = [[0, 5_000], ["native", "python"]]
     param_names = ["runs_before", "engine"]
-    timeout = 600
-    number = 1
-    repeat = 1
 
     def setup(self, p, engine):
         rng = np.random.default_rng(17)
@@ -479,7 +476,7 @@ class RootTakeMin:
     track_ms_per_run.unit = "ms"
 
 
-class RootCountGroup:
+class RootCountGroup(_RunOnce):
     """``count`` and ``sum`` of one key holding G values, outside loops, on each
     engine, then runs of one change (a value retracted, another inserted, at its own
     time). Both engines keep hashed current state there (kernels.rootagg), so a run's
@@ -490,9 +487,6 @@ class RootCountGroup:
 
     params = [[1_000, 1_000_000], ["count", "sum"], ["python", "native"]]
     param_names = ["group", "op", "engine"]
-    timeout = 600
-    number = 1
-    repeat = 1
 
     def setup(self, g, op, engine):
         self.rng = rng = np.random.default_rng(17)
@@ -528,7 +522,7 @@ class RootCountGroup:
     track_ms_per_run.unit = "ms"
 
 
-class LoopHub:
+class LoopHub(_RunOnce):
     """Connected components (a ``min`` inside a sequential loop) of a star: one hub
     joined to K leaves, then runs that each move one leaf edge to a new leaf (at its
     own time). The hub's ``min`` holds the K labels its leaves proposed; it reads
@@ -541,9 +535,6 @@ class LoopHub:
 
     params = [[1_000, 100_000], ["native", "python"]]
     param_names = ["leaves", "engine"]
-    timeout = 600
-    number = 1
-    repeat = 1
 
     def setup(self, k, engine):
         from ddnumba.algorithms import connected_components
@@ -578,7 +569,7 @@ class LoopHub:
     track_ms_per_run.unit = "ms"
 
 
-class LoopPaths:
+class LoopPaths(_RunOnce):
     """``bfs`` and ``sssp`` on a random graph (N = 10,000 nodes, 20,000 edges of
     weight 1-9, 10 roots), then runs that each slide the edge window by one (remove
     the oldest edge, add a random one, at its own time). Their loops' maps add (``k +
@@ -589,9 +580,6 @@ class LoopPaths:
 
     params = [["bfs", "sssp"], ["sequential", "rounds"]]
     param_names = ["algorithm", "loops"]
-    timeout = 600
-    number = 1
-    repeat = 1
     nodes = 10_000
 
     def setup(self, algo, loops):

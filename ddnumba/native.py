@@ -15,8 +15,9 @@ time coordinate, one worker and loops that are not nested; every operator of the
 library is supported (user functions are called back from the compiled code; ``map``
 functions that return their argument columns, such as ``lambda a, b: (b, a)``, run
 as native projections; inside sequential loops, so do maps whose columns add columns
-or constants, as ``bfs``'s ``lambda n, k, d: (d, k + 1)`` does: see
-:meth:`~ddnumba.operators.linear.MapNode.affine`). Both engines give identical
+or constants, as ``bfs``'s ``lambda n, k, d: (d, k + 1)`` does, and filters comparing
+such sums: see :meth:`~ddnumba.operators.linear.MapNode.affine` and
+:meth:`~ddnumba.operators.linear.FilterNode.affine`). Both engines give identical
 results; the Python engine is the reference the tests compare against.
 
 Loops run round-wise (all the outer times of a run at once, round by round) or, with

@@ -138,6 +138,9 @@ class _Column:
      __pow__) = (_refuse,) * 23
     __hash__ = None
 
+    def __getattr__(self, name):
+        raise _NotAffine
+
 
 #: comparisons of a traced filter (:meth:`FilterNode.affine`), as kernels.seqloop
 #: evaluates them
@@ -173,9 +176,6 @@ class _Cond:
     (__rand__, __or__, __ror__, __xor__, __rxor__, __invert__, __bool__, __len__,
      __iter__, __array__, __eq__, __ne__) = (_refuse,) * 12
     __hash__ = None
-
-    def __getattr__(self, name):
-        raise _NotAffine
 
     def __getattr__(self, name):
         raise _NotAffine
@@ -216,11 +216,8 @@ def affine_values(terms, data):
                 for c in cols:
                     v = v + data[:, c]
             else:
-                a = data[:, cols[0]]
-                b = data[:, cols[1]] if len(cols) == 2 else v
-                v = a + b
-                if ((a ^ v) & (b ^ v) < 0).any():
-                    raise OverflowError(message)
+                v = checked_sum(data[:, cols[0]], data[:, cols[1]] if len(cols) == 2
+                                else v, message)
             out[:, i] = v
     return out
 
@@ -246,7 +243,8 @@ def _traced(f, arity_in):
 
 def _agrees(f, arity_in, expected, low, high):
     """Whether ``f`` on random columns (twice, values in ``[low, high)``) gives what
-    ``expected(data)`` says (a traced map's or filter's check); False if it raised."""
+    ``expected(data, got)`` accepts (a traced map's or filter's check); False if it
+    raised."""
     rng = np.random.default_rng(54321)
     for _ in range(2):
         data = rng.integers(low, high, (16, arity_in))
