@@ -637,3 +637,63 @@ class LoopPaths(_RunOnce):
         self.df.close()
         return float(np.median(lat) * 1e3)
     track_ms_per_run.unit = "ms"
+
+
+class RootAffine(_RunOnce):
+    """A filter and a map outside loops, into a count: ``filter(v > 500_000)`` then
+    ``map((k, v + k))``, over 100,000 rows, then runs of B changes (each a row removed
+    and one added, at its own time). Traced (``MapNode.affine``,
+    ``FilterNode.affine``), both run in compiled code (``kernels.affine``); the
+    ``callback`` variant writes the same logic with NumPy functions (``np.greater``,
+    ``np.add``), which the tracer refuses, so the engine calls back into Python for
+    each batch. The counts are checked against NumPy after the timed runs. Reported:
+    median run latency in ms."""
+
+    params = [["traced", "callback"], [1, 1000]]
+    param_names = ["functions", "batch"]
+    rows = 100_000
+
+    def setup(self, functions, batch):
+        self.rng = rng = np.random.default_rng(3)
+        self.df = df = dd.Dataflow(engine="native")
+        self.inp, c = df.new_input(["k", "v"])
+        if functions == "traced":
+            kept = c.filter(lambda k, v: v > 500_000).map(lambda k, v: (k, v + k),
+                                                           names=["k", "v"])
+        else:
+            kept = c.filter(lambda k, v: np.greater(v, 500_000)).map(
+                lambda k, v: (k, np.add(v, k)), names=["k", "v"])
+        self.cap = kept.map(lambda k, v: v, names=["v"]).count().capture(
+            auto_compact=True)
+        self.live = np.stack([rng.integers(0, 1000, self.rows),
+                              rng.integers(0, 1_000_000, self.rows)], axis=1)
+        self.inp.insert(self.live[:, 0], self.live[:, 1], time=0)
+        self.inp.advance_to(1)
+        self.t = 1
+        df.run()
+
+    def _run(self, batch):
+        out = np.arange(batch)          # the oldest rows go, random rows come
+        gone = self.live[out]
+        new = np.stack([self.rng.integers(0, 1000, batch),
+                        self.rng.integers(0, 1_000_000, batch)], axis=1)
+        ts = self.t + np.arange(batch)
+        self.inp.update(np.concatenate([gone[:, 0], new[:, 0]]),
+                        np.concatenate([gone[:, 1], new[:, 1]]),
+                        time=np.concatenate([ts, ts]),
+                        diff=np.concatenate([-np.ones(batch, np.int64),
+                                             np.ones(batch, np.int64)]))
+        self.live = np.concatenate([self.live[batch:], new])
+        return _advance_and_time(self, batch)
+
+    def track_ms_per_run(self, functions, batch):
+        lat = [self._run(batch) for _ in range(40)]
+        keep = self.live[self.live[:, 1] > 500_000]
+        vals, counts = np.unique(keep[:, 1] + keep[:, 0], return_counts=True)
+        got = self.cap.at(self.t - 1)
+        if dict(zip(got.column(0).to_pylist(), got.column(1).to_pylist())) != \
+                dict(zip(vals.tolist(), counts.tolist())):
+            raise RuntimeError("RootAffine: the counts differ from NumPy's")
+        self.df.close()
+        return float(np.median(lat) * 1e3)
+    track_ms_per_run.unit = "ms"

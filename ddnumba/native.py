@@ -500,6 +500,33 @@ def _route_words(terms, preds=(), leave=False):
     return words, 1
 
 
+def _affine_words(node):
+    """A map of sums or a filter of comparisons outside sequential loops, for
+    kernels.runtime's K_AFFINE: ``(words, output columns, messages of its checked
+    sums)``; None when it is not one (or is a filter whose comparisons hold a checked
+    sum: its overflow is not reported by the kernel, so it keeps its callback)."""
+    from ddnumba.operators import linear as L
+    cached = getattr(node, "_affine_words", False)
+    if cached is not False:
+        return cached
+    node._affine_words = None
+    terms = node.affine()
+    if terms is None:
+        return None
+    if isinstance(node, L.MapNode):
+        cols, preds = terms, []
+    else:
+        cols, preds = _identity(node.arity), terms
+        if any(t[2] is not None for p in preds for t in (p[0], p[2])):
+            return None
+    words, _ = _route_words(cols, preds)
+    if _is_projection(cols) and not preds:      # (_route_words gave columns)
+        words = [w for c in cols for w in _term_words(c)] + [0]
+    messages = list(dict.fromkeys(m for _, _, m in cols if m is not None))
+    node._affine_words = (words, len(cols), messages)
+    return node._affine_words
+
+
 def _seq_program(li, lp, ids, kind, prm):
     """The program of sequential loop ``li`` for :mod:`ddnumba.kernels.seqloop` and the
     row widths of its buffers."""
@@ -624,19 +651,28 @@ def _seq_program(li, lp, ids, kind, prm):
     routes, proj, chain = [], [], []
     messages = []                   # those of the checked sums (seqloop.OVF_MAP)
 
-    def walk(src_i, node, cols, sign, shift, path, preds):
-        for c, _ in node.consumers:
+    # The statistics of the linear nodes on the way: a route lists those it counts,
+    # each with the comparisons a row has passed before and after it (seqloop.R_COFF).
+    # Routes from one node share the start of their paths, which the first of them
+    # counts (a map read by two filters takes and emits its rows once; a concat
+    # reading one node twice takes its rows twice: a path step is a node and its
+    # input port).
+    def walk(src_i, node, cols, sign, shift, path, preds, counted, seen):
+        for c, port in node.consumers:
+            here = path + ((ids[id(c)], port),)
+            more = preds
+            if isinstance(c, L.FilterNode):
+                more = preds + _compose_filter(cols, c.affine())
+            count = counted + [(here, ids[id(c)], len(preds), len(more))]
             if isinstance(c, L.MapNode):
-                walk(src_i, c, _compose(cols, c.affine()), sign, shift, path + [c], preds)
-            elif isinstance(c, L.FilterNode):
-                walk(src_i, c, cols, sign, shift, path + [c],
-                     preds + _compose_filter(cols, c.affine()))
-            elif isinstance(c, L.ConcatNode):
-                walk(src_i, c, cols, sign, shift, path + [c], preds)
+                walk(src_i, c, _compose(cols, c.affine()), sign, shift, here, preds,
+                     count, seen)
+            elif isinstance(c, (L.FilterNode, L.ConcatNode)):
+                walk(src_i, c, cols, sign, shift, here, more, count, seen)
             elif isinstance(c, L.NegateNode):
-                walk(src_i, c, cols, -sign, shift, path + [c], preds)
+                walk(src_i, c, cols, -sign, shift, here, preds, count, seen)
             elif isinstance(c, FeedbackNode) and id(c) in folded:
-                walk(src_i, c, cols, sign, shift + 1, path + [c], preds)
+                walk(src_i, c, cols, sign, shift + 1, here, preds, count, seen)
             elif isinstance(c, (ArrangeNode, L.ConsolidateNode, FeedbackNode, LeaveNode)):
                 sink = lid[id(c)]
                 leave = isinstance(c, LeaveNode)
@@ -644,18 +680,20 @@ def _seq_program(li, lp, ids, kind, prm):
                 words, aff = _route_words(cols, preds, leave)   # (_sequential checked)
                 if aff:
                     messages.extend(m for _, _, m in cols if m is not None)
+                new = [x for x in counted if x[0] not in seen]
+                seen.update(x[0] for x in new)
                 routes.append([sink, sign, shift + into, len(proj), len(cols),
-                               len(chain), len(path), NP[sink, S.P_Q], 1 if leave else 0,
-                               aff])
+                               len(chain), len(new), NP[sink, S.P_Q],
+                               1 if leave else 0, aff])
                 proj.extend(words)
-                chain.extend(ids[id(x)] for x in path)
+                chain.extend(w for x in new for w in x[1:])
             else:
                 raise Unsupported(f"{c!r} in a sequential loop")
 
     for i, node in enumerate(local):
         if NP[i, S.P_KIND] in (S.S_ENTER, S.S_JOIN, S.S_REDUCE, S.S_CONSOL, S.S_FEEDBACK):
             first = len(routes)
-            walk(i, node, _identity(node.arity), 1, 0, [], [])
+            walk(i, node, _identity(node.arity), 1, 0, (), [], [], set())
             NP[i, S.P_ROFF] = first
             NP[i, S.P_RN] = len(routes) - first
     # A reduce reading an unsorted delta corrects a key once per row of it, so its
@@ -715,7 +753,8 @@ class NativeEngine:
 
         kind = np.zeros(N, _I64)
         prm = np.zeros((N, _rt.PRM_W), _I64)
-        proj = []
+        proj = []                     # projections' columns, K_AFFINE's words
+        self._map_messages = {}       # node id -> its checked sums' message (K_AFFINE)
         self.callbacks = {}           # node id -> Python node (batch callbacks)
         self.logic = {}               # node id -> reduce node (logic callbacks)
         self.captures = []            # (node, out id)
@@ -732,17 +771,22 @@ class NativeEngine:
             if isinstance(node, InputNode):
                 kind[i] = _rt.K_INPUT
                 prm[i, 0] = inputs[id(node.handle)]
-            elif isinstance(node, L.MapNode):
+            elif isinstance(node, L.MapNode) and node.projection() is not None:
                 cols = node.projection()
-                if cols is not None:
-                    kind[i] = _rt.K_PROJECT
-                    prm[i, 0] = len(proj)
-                    prm[i, 1] = len(cols)
-                    proj.extend(cols)
-                else:
-                    kind[i] = _rt.K_CALLBACK
-                    self.callbacks[i] = node
-            elif isinstance(node, (L.FilterNode, L.FlatMapNode, L.InspectNode,
+                kind[i] = _rt.K_PROJECT
+                prm[i, 0] = len(proj)
+                prm[i, 1] = len(cols)
+                proj.extend(cols)
+            elif isinstance(node, (L.MapNode, L.FilterNode)) and \
+                    _affine_words(node) is not None:
+                words, width, messages = _affine_words(node)
+                kind[i] = _rt.K_AFFINE
+                prm[i, 0] = len(proj)
+                prm[i, 1] = width
+                proj.extend(words)
+                if messages:
+                    self._map_messages[i] = " / ".join(messages)
+            elif isinstance(node, (L.MapNode, L.FilterNode, L.FlatMapNode, L.InspectNode,
                                    L.DelayNode)):
                 kind[i] = _rt.K_CALLBACK
                 self.callbacks[i] = node
@@ -1064,10 +1108,16 @@ class NativeEngine:
                 try:
                     status = self._run_fn(self.prog, self.st, fr)
                 except OverflowError as e:
-                    # a checked sum of a map in a sequential loop: the map's message
-                    if str(e) != _seq.MAP_OVERFLOW or not self._sum_messages:
+                    # a checked sum of a map: the map's message
+                    if str(e) != _seq.MAP_OVERFLOW:
                         raise
-                    raise OverflowError(" / ".join(self._sum_messages)) from None
+                    node = int(self.st[9][_rt.INFO_MAP]) - 1
+                    self.st[9][_rt.INFO_MAP] = 0
+                    if node >= 0 and node in self._map_messages:
+                        raise OverflowError(self._map_messages[node]) from None
+                    if node < 0 and self._sum_messages:      # (a sequential loop's)
+                        raise OverflowError(" / ".join(self._sum_messages)) from None
+                    raise
                 except SystemError as e:
                     # A Ctrl-C pending when compiled code calls back into Python
                     # (the loops' check-ins, kernels.hooks.loop_call_due) can be

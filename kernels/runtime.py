@@ -53,6 +53,7 @@ import numpy as np
 from numba import njit, types
 from numba.typed import List
 
+from .affine import MAP_OVERFLOW, affine_batch
 from .batch import (advance, concat_batches, fence, key_ranges, merge,
                     sort_consolidate)
 from .hooks import (_HOOKS, _cb_batch, _cb_logic, _cb_warn, loop_call_due,  # noqa: F401
@@ -91,12 +92,13 @@ K_FEEDBACK = 11
 K_LOOP = 12
 K_CAPTURE = 13
 K_PROBE = 14
+K_AFFINE = 15   # a map of sums or a filter of comparisons (kernels.affine)
 
 KIND = {"input": K_INPUT, "callback": K_CALLBACK, "project": K_PROJECT,
         "concat": K_CONCAT, "negate": K_NEGATE, "consolidate": K_CONSOLIDATE,
         "arrange": K_ARRANGE, "join": K_JOIN, "reduce": K_REDUCE, "enter": K_ENTER,
         "leave": K_LEAVE, "feedback": K_FEEDBACK, "loop": K_LOOP, "capture": K_CAPTURE,
-        "probe": K_PROBE}
+        "probe": K_PROBE, "affine": K_AFFINE}
 
 _I2 = types.Array(types.int64, 2, "C")
 _I1 = types.Array(types.int64, 1, "C")
@@ -181,7 +183,8 @@ def new_state(n_queues, n_spines, n_held, n_pend, pend_w, n_out, n_nodes, n_loop
     loop_prev = np.zeros(n_loops, np.int64)
     # info: [status detail: loop, iteration, rounds run in total, warned loops bitmask,
     #        spine merges, rows read by spine merges, root settle ratio (0: the
-    #        default ROOT_SETTLE_RATIO), unused,
+    #        default ROOT_SETTLE_RATIO), 1 + the node whose checked sum overflowed
+    #        (INFO_MAP; 0: none),
     #        then per spine s, at INFO_SPINES + 2 * s: the first batch written in this
     #        run (-1: none) and rows added in this run (see _settle)]
     info = np.zeros(INFO_SPINES + 2 * n_spines, np.int64)
@@ -333,6 +336,7 @@ ROOT_SETTLE_RATIO = 2
 # A spine merge reading at least this many rows first returns the C heap's free pages
 # to the system (hooks.trim_heap), so its output does not come on top of them.
 TRIM_ROWS = 1 << 24
+INFO_MAP = 7        # 1 + the node whose checked sum overflowed (see K_AFFINE)
 INFO_SPINES = 8     # per-spine slots of info start here (see new_state)
 
 
@@ -511,6 +515,18 @@ def _step_linear(prog, st, n, kind):
                 for c in range(cols.shape[0]):
                     od[r, c] = d[r, cols[c]]
             _emit(prog, st, n, (od, b[1], b[2]))
+        lst.clear()
+        return
+    if kind == K_AFFINE:
+        lst = q[qbase[n]]
+        for b in lst:
+            od, ot, of, ok = affine_batch(_fld(prog, 8), prm[n, 0], prm[n, 1], b[0], b[1],
+                                          b[2])
+            if not ok:
+                # (ddnumba.native raises the map's own message)
+                st[9][INFO_MAP] = n + 1
+                raise OverflowError(MAP_OVERFLOW)
+            _emit(prog, st, n, (od, ot, of))
         lst.clear()
         return
     w = prm[n, 1]   # the node's input width (consolidate, leave, feedback, callback)

@@ -80,6 +80,8 @@ rounds take and drop no references unless something has to grow.
 import numpy as np
 from numba import njit
 
+from . import affine as _aff
+from .affine import passes as _passes, term as _aterm
 from .batch import sort_consolidate
 from .hooks import _cb_warn, loop_call_due, release_rows
 from .hstate import (M_EPOCH, M_TOP, OVERFLOW, RW_EXTRA, _block_add, _block_need,
@@ -153,8 +155,9 @@ R_SIGN = 1      # +1 or -1
 R_SHIFT = 2     # added to the iteration
 R_POFF = 3      # projection: columns (of the emitted data) at proj[POFF:POFF + PLEN]
 R_PLEN = 4
-R_COFF = 5      # linear nodes passed (statistics): chain[COFF:COFF + CLEN]
-R_CLEN = 6
+R_COFF = 5      # the linear nodes whose statistics the route counts: CLEN triples at
+R_CLEN = 6      # chain[COFF:], the node and the comparisons (R_AFF) a row has passed
+                # before it and after it
 R_BUF = 7       # the sink's queue buffer
 R_LEAVE = 8     # 1: the sink is a leave (rows carry the outer time)
 R_AFF = 9       # 0: proj holds a column a column (a projection); 1: AFW words a
@@ -162,15 +165,11 @@ R_AFF = 9       # 0: proj holds a column a column (a projection); 1: AFW words a
                 # comparisons of the filters passed (not into leaves)
 RTW = 10
 
-# The terms of a route with R_AFF: (kind, a, b, k) each, a and b columns of the
-# emitted data (-1: none). After its columns' terms: the number of comparisons, then
-# each: a term, CMP_LT ... CMP_NE, a term (a row goes on when all of them hold).
-A_WRAP = 0      # src[a] + src[b] + k, wrapping as NumPy's int64 arithmetic does
-A_CHECKED = 1   # src[a] + src[b] (b = -1: src[a] + k), OVF_MAP when it leaves int64
-AFW = 4
-CMP_LT, CMP_LE, CMP_GT, CMP_GE, CMP_EQ, CMP_NE = 0, 1, 2, 3, 4, 5   # (operators.linear)
-#: the error of a checked sum (ddnumba.native raises the map's own message instead)
-MAP_OVERFLOW = "map: a checked sum leaves int64 (in a loop)"
+# The terms of a route with R_AFF: kernels.affine's words, over the emitted data.
+A_WRAP, A_CHECKED, AFW = _aff.A_WRAP, _aff.A_CHECKED, _aff.AFW
+CMP_LT, CMP_LE, CMP_GT, CMP_GE, CMP_EQ, CMP_NE = (
+    _aff.CMP_LT, _aff.CMP_LE, _aff.CMP_GT, _aff.CMP_GE, _aff.CMP_EQ, _aff.CMP_NE)
+MAP_OVERFLOW = _aff.MAP_OVERFLOW
 
 # Program fields.
 F_NODES = 0
@@ -433,34 +432,9 @@ def _route_copy(src, n, dst, o, proj, poff, plen, sign, shift):
 
 @njit(cache=True, nogil=True, inline="always")
 def _term(proj, w, src, r):
-    """The term at ``proj[w:w + AFW]`` (see A_WRAP) of row ``r`` of ``src``:
-    ``(value, overflowed)``."""
-    a = proj[w + 1]
-    b = proj[w + 2]
-    if proj[w] == A_WRAP:
-        v = proj[w + 3]
-        if a >= 0:
-            v += src[r, 2 + a]
-        if b >= 0:
-            v += src[r, 2 + b]
-        return v, False
-    return add_checked(src[r, 2 + a], src[r, 2 + b] if b >= 0 else proj[w + 3])
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _holds(x, op, y):
-    """Comparison ``op`` (CMP_LT ... CMP_NE) of ``x`` and ``y``."""
-    if op == CMP_LT:
-        return x < y
-    if op == CMP_LE:
-        return x <= y
-    if op == CMP_GT:
-        return x > y
-    if op == CMP_GE:
-        return x >= y
-    if op == CMP_EQ:
-        return x == y
-    return x != y
+    """The term at ``proj[w:w + AFW]`` (kernels.affine) of a row ``(iteration, diff,
+    data...)``: ``(value, overflowed)``."""
+    return _aterm(proj, w, src, r, 2)
 
 
 @leaf
@@ -476,14 +450,7 @@ def _route_sums(src, n, dst, o, proj, poff, plen, sign, shift, cn, slot):
     npred = proj[pw]
     k = o
     for r in range(n):
-        keep = True
-        w = pw + 1
-        for _ in range(npred):
-            x, _ov = _term(proj, w, src, r)
-            y, _ov = _term(proj, w + AFW + 1, src, r)
-            keep &= _holds(x, proj[w + AFW], y)
-            w += 2 * AFW + 1
-        if not keep:
+        if not _passes(proj, pw, npred, src, r, 2):
             continue
         best = _route_head(src, r, dst, k, sign, shift, best)
         if best < 0:
@@ -589,15 +556,51 @@ def _emit(nodes, lp, bufs, cn, ln, sx, n, t):
                 return OVF_NEG if best == -1 else OVF_MAP
             if best < cn[_bmin(q)]:
                 cn[_bmin(q)] = best
-        for c in range(co + lp[rt + R_COFF], co + lp[rt + R_COFF] + lp[rt + R_CLEN]):
-            g = so + 4 * lp[c]
-            cn[g] += 1
-            cn[g + 1] += n
-            cn[g + 2] += n
+        c0 = co + lp[rt + R_COFF]
+        c1 = c0 + 3 * lp[rt + R_CLEN]
+        if lp[rt + R_AFF] == 0 or lp[po + lp[rt + R_POFF] + AFW * lp[rt + R_PLEN]] == 0:
+            for c in range(c0, c1, 3):
+                g = so + 4 * lp[c]
+                cn[g] += 1
+                cn[g + 1] += n
+                cn[g + 2] += n
+        else:
+            _chain_stats(src, n, lp, po + lp[rt + R_POFF], lp[rt + R_PLEN], c0, c1, cn,
+                         so)
         if lp[rt + R_LEAVE] == 0:
-            # (a leave counts its rows when the root scope takes them)
-            cn[so + 4 * nodes[lp[rt + R_SINK], P_NODE] + 1] += n
+            # (a leave counts its rows when the root scope takes them; a filtered
+            # route's sink takes the rows kept)
+            cn[so + 4 * nodes[lp[rt + R_SINK], P_NODE] + 1] += cn[_bn(q)] - nq
     return DONE
+
+
+@leaf
+def _chain_stats(src, n, proj, poff, plen, c0, c1, cn, so):
+    """The statistics of the linear nodes a filtered route counts (``proj[c0:c1]``,
+    see R_COFF) for rows ``src[:n]``: a node takes the rows that hold for the
+    comparisons before it and emits those that hold for the comparisons up to its
+    own. The comparisons are evaluated again here (only routes with filters come
+    here)."""
+    pw = poff + AFW * plen
+    cur = n          # the rows passing the first ``done`` comparisons
+    done = 0
+    for c in range(c0, c1, 3):
+        into = cur
+        for x in range(2):
+            m = proj[c + 1 + x]
+            if m != done:
+                cur = 0
+                for r in range(n):
+                    if _passes(proj, pw, m, src, r, 2):
+                        cur += 1
+                done = m
+            if x == 0:
+                into = cur
+        if into > 0:
+            g = so + 4 * proj[c]
+            cn[g] += 1
+            cn[g + 1] += into
+            cn[g + 2] += cur
 
 
 @leaf

@@ -431,3 +431,78 @@ def test_a_sum_or_filter_leaving_a_loop_runs_round_wise(engine, tail):
         want1 = {(2, 21): 1, (3, 31): 1}
     assert O.captured_at(cap, 0, 2) == want0
     assert O.captured_at(cap, 1, 2) == want1
+
+
+# ---------------------------------------------------------------------- statistics
+
+def test_node_statistics_count_the_rows_each_filter_keeps():
+    """``node_stats()`` of a sequential loop whose routes filter: a filter emits the
+    rows it keeps, the nodes after it take only those, and a node that several routes
+    share counts its rows once. The hop's rows are split by complementary filters
+    (and split again after a map), then joined back by a concat, so each pair's
+    outputs must add up to its (shared) input; the sink takes what the filters kept."""
+    rng = np.random.default_rng(5)
+    nodes = {}
+
+    def body(x):
+        j = x.join(edges).map(lambda n, v, d: (d, v + 1), names=["n", "v"])
+        lo = j.filter(lambda n, v: v < 4)
+        hi = j.filter(lambda n, v: v >= 4)
+        up = lo.map(lambda n, v: (n, v + 10), names=["n", "v"])
+        a = up.filter(lambda n, v: v != 12)
+        b = up.filter(lambda n, v: v == 12)
+        cat = a.concat(b, hi, hi, base)
+        out = cat.min("v", name="v")
+        nodes.update(j=j._node, lo=lo._node, hi=hi._node, up=up._node, a=a._node,
+                     b=b._node, cat=cat._node, arr=out._node.arranged)
+        return out
+
+    df = dd.Dataflow(engine="native", loops="sequential")
+    eh, edges = df.new_input(["src", "dst"])
+    bh, base = df.new_input(["node", "v"])
+    cap = base.iterate(body).capture()
+    ref = dd.Dataflow(engine="python")
+    reh, redges = ref.new_input(["src", "dst"])
+    rbh, rbase = ref.new_input(["node", "v"])
+    rcap = rbase.iterate(lambda x: x.join(redges).map(
+        lambda n, v, d: (d, np.where(v + 1 < 4, v + 11, v + 1)), names=["n", "v"])
+        .concat(rbase).min("v", name="v")).capture()
+    n = 20
+    for t in range(4):
+        s, d = rng.integers(0, n, 40), rng.integers(0, n, 40)
+        keep = s < d                                 # a DAG: the loop settles
+        for h in (eh, reh):
+            h.insert(s[keep], d[keep], time=t)
+        m = 6
+        nb, vb = rng.integers(0, n, m), rng.integers(0, 3, m)
+        for h in (bh, rbh):
+            h.insert(nb, vb, time=t)
+            h.advance_to(t + 1)
+        eh.advance_to(t + 1)
+        reh.advance_to(t + 1)
+        df.run()
+        ref.run()
+        assert O.captured_at(cap, t, 2) == O.captured_at(rcap, t, 2)
+        st = {node: (steps, i, o) for node, steps, i, o in df._native.node_stats()}
+        S = {k: st[v] for k, v in nodes.items()}
+        _, j_in, j_out = S["j"]
+        assert j_in == j_out > 0
+        # the map's rows are counted once although four routes pass it
+        src = [st[node] for node in st if type(node).__name__ == "JoinNode"]
+        assert len(src) == 1 and src[0][2] == j_in
+        for keep_, drop in (("lo", "hi"), ("a", "b")):
+            assert S[keep_][1] == S[drop][1]
+            assert S[keep_][2] + S[drop][2] == S[keep_][1]
+        assert S["lo"][1] == j_out
+        assert S["up"][1] == S["up"][2] == S["lo"][2]
+        assert S["a"][1] == S["up"][2]
+        # the concat reads hi twice; the sink takes what reaches it
+        enter = [st[node][2] for node in st if type(node).__name__ == "EnterNode"
+                 and any(c is nodes["cat"] for c, _ in node.consumers)]
+        assert len(enter) == 1
+        into = S["a"][2] + S["b"][2] + 2 * S["hi"][2] + enter[0]
+        assert S["cat"][1] == S["cat"][2] == into
+        assert S["arr"][1] == into
+    assert df._native.sequential == [True]
+    for keep_, drop in (("lo", "hi"), ("a", "b")):      # (neither filter is vacuous)
+        assert 0 < S[keep_][2] < S[keep_][1], (keep_, S)

@@ -1,0 +1,111 @@
+"""Maps that add columns or constants, and filters comparing such sums, in compiled
+code (see :meth:`ddnumba.operators.linear.MapNode.affine` and
+:meth:`~ddnumba.operators.linear.FilterNode.affine`, which trace them).
+
+Such an operator is a list of int64 *words*: ``AFW`` words a column of its output, a
+*term* each, then the number of comparisons, then each comparison: a term, one of
+``CMP_LT ... CMP_NE``, a term. A row is kept when every comparison holds for it, and
+its output columns are the terms' values. A term is ``(kind, a, b, k)``, ``a`` and
+``b`` columns of the input row (-1: none):
+
+* ``A_WRAP``: ``row[a] + row[b] + k``, wrapping as NumPy's int64 arithmetic does (a
+  source column is ``(A_WRAP, c, -1, 0)``, a constant ``(A_WRAP, -1, -1, k)``);
+* ``A_CHECKED``: ``row[a] + row[b]``, or ``row[a] + k`` when ``b`` is -1, an overflow
+  when the sum leaves int64 (the map's own message is raised by ddnumba.native).
+
+The sequential loops (:mod:`ddnumba.kernels.seqloop`) compose the maps and filters
+on a route into one such list, over rows ``(iteration, diff, data...)``; the
+round-wise runtime (:mod:`ddnumba.kernels.runtime`) runs one operator's list over a
+batch (:func:`affine_batch`).
+"""
+import numpy as np
+from numba import njit
+
+from .rows import add_checked
+
+A_WRAP = 0
+A_CHECKED = 1
+AFW = 4
+CMP_LT, CMP_LE, CMP_GT, CMP_GE, CMP_EQ, CMP_NE = 0, 1, 2, 3, 4, 5   # (operators.linear)
+#: the error of a checked sum (ddnumba.native raises the map's own message instead)
+MAP_OVERFLOW = "map: a checked sum leaves int64"
+
+
+@njit(cache=True, nogil=True, inline="always")
+def term(words, w, src, r, c0):
+    """The term at ``words[w:w + AFW]`` of row ``r`` of ``src``, whose data starts at
+    column ``c0``: ``(value, overflowed)``."""
+    a = words[w + 1]
+    b = words[w + 2]
+    if words[w] == A_WRAP:
+        v = words[w + 3]
+        if a >= 0:
+            v += src[r, c0 + a]
+        if b >= 0:
+            v += src[r, c0 + b]
+        return v, False
+    return add_checked(src[r, c0 + a], src[r, c0 + b] if b >= 0 else words[w + 3])
+
+
+@njit(cache=True, nogil=True, inline="always")
+def holds(x, op, y):
+    """Comparison ``op`` (CMP_LT ... CMP_NE) of ``x`` and ``y``."""
+    if op == CMP_LT:
+        return x < y
+    if op == CMP_LE:
+        return x <= y
+    if op == CMP_GT:
+        return x > y
+    if op == CMP_GE:
+        return x >= y
+    if op == CMP_EQ:
+        return x == y
+    return x != y
+
+
+@njit(cache=True, nogil=True, inline="always")
+def passes(words, pw, m, src, r, c0):
+    """Whether the first ``m`` comparisons at ``words[pw + 1:]`` hold for row ``r``
+    (evaluated in order, up to the first that fails)."""
+    w = pw + 1
+    for _ in range(m):
+        x, _ov = term(words, w, src, r, c0)
+        y, _ov = term(words, w + AFW + 1, src, r, c0)
+        if not holds(x, words[w + AFW], y):
+            return False
+        w += 2 * AFW + 1
+    return True
+
+
+@njit(cache=True, nogil=True)
+def affine_batch(words, off, plen, data, times, diffs):
+    """One operator (``plen`` output columns, its words at ``words[off:]``) over a
+    batch: ``(data, times, diffs, ok)`` of the rows kept, ``ok`` False when a
+    checked sum overflowed (the batch is then incomplete)."""
+    n = data.shape[0]
+    pw = off + AFW * plen
+    npred = words[pw]
+    keep = np.ones(n, np.bool_)
+    k = n
+    if npred > 0:
+        k = 0
+        for r in range(n):
+            keep[r] = passes(words, pw, npred, data, r, 0)
+            k += keep[r]
+    od = np.empty((k, plen), np.int64)
+    ot = np.empty((k, times.shape[1]), np.int64)
+    of = np.empty(k, np.int64)
+    i = 0
+    for r in range(n):
+        if not keep[r]:
+            continue
+        for c in range(plen):
+            v, ov = term(words, off + AFW * c, data, r, 0)
+            if ov:
+                return od, ot, of, False
+            od[i, c] = v
+        for c in range(times.shape[1]):
+            ot[i, c] = times[r, c]
+        of[i] = diffs[r]
+        i += 1
+    return od, ot, of, True
