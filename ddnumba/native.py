@@ -387,7 +387,7 @@ def _sequential(lp, mode):
     and round) and reduces need built-in logic. Only in mode ``"sequential"``."""
     from ddnumba.operators import linear as L
     from ddnumba.operators.arrange import ArrangeNode
-    from ddnumba.operators.iterate import EnterNode, FeedbackNode, LeaveNode
+    from ddnumba.operators.iterate import EnterNode, FeedbackNode
     from ddnumba.operators.join import JoinNode
     from ddnumba.operators.reduce import ReduceNode
     if mode == "rounds":
@@ -403,8 +403,8 @@ def _sequential(lp, mode):
         if isinstance(node, (L.MapNode, L.FilterNode)) and node.affine() is not None:
             continue
         return False
-    # Maps in a row compose into one sum per column (_compose), which a leave takes
-    # only as a projection and unfiltered: try every path through the linear
+    # Maps in a row compose into one sum per column (_compose), and filters into
+    # comparisons, which not every route can take: try every path through the linear
     # operators.
     def paths(node, cols, preds, seen):
         for c, _ in node.consumers:
@@ -414,7 +414,7 @@ def _sequential(lp, mode):
             elif isinstance(c, L.FilterNode):
                 more = preds + _compose_filter(cols, c.affine())
             elif not isinstance(c, (L.ConcatNode, L.NegateNode, FeedbackNode)):
-                _route_words(cols, preds, isinstance(c, LeaveNode))
+                _route_words(cols, preds)
                 continue
             if id(c) not in seen:
                 paths(c, nxt, more, seen | {id(c)})
@@ -479,18 +479,16 @@ def _term_words(term):
             c[1] if len(c) > 1 else -1, k]
 
 
-def _route_words(terms, preds=(), leave=False):
+def _route_words(terms, preds=()):
     """A route's columns for :mod:`ddnumba.kernels.seqloop`: one word a column (the
     source column) for a projection, else seqloop.AFW words a column (kind, first
     column, second column, constant; see seqloop.A_WRAP) followed by the filters'
-    comparisons; and whether it is the latter (R_AFF). Raises Unsupported for a
-    leave's route that is not a projection, and for one that both filters and holds
-    a checked sum (whether a row that overflows is filtered out first depends on the
-    order of the two: such a loop runs round-wise)."""
+    comparisons; and whether it is the latter (R_AFF). Raises Unsupported for a route
+    that both filters and holds a checked sum (whether a row that overflows is
+    filtered out first depends on the order of the two: such a loop runs
+    round-wise)."""
     if _is_projection(terms) and not preds:
         return [c[0] for c, _, _ in terms], 0
-    if leave:
-        raise Unsupported("a sum of columns or a filter leaving a loop")
     if preds and any(t[2] is not None for t in terms + [x for p in preds
                                                          for x in (p[0], p[2])]):
         raise Unsupported("a filter and a checked sum on one route")
@@ -677,7 +675,7 @@ def _seq_program(li, lp, ids, kind, prm):
                 sink = lid[id(c)]
                 leave = isinstance(c, LeaveNode)
                 into = 1 if isinstance(c, FeedbackNode) else 0
-                words, aff = _route_words(cols, preds, leave)   # (_sequential checked)
+                words, aff = _route_words(cols, preds)          # (_sequential checked)
                 if aff:
                     messages.extend(m for _, _, m in cols if m is not None)
                 new = [x for x in counted if x[0] not in seen]

@@ -162,7 +162,7 @@ R_BUF = 7       # the sink's queue buffer
 R_LEAVE = 8     # 1: the sink is a leave (rows carry the outer time)
 R_AFF = 9       # 0: proj holds a column a column (a projection); 1: AFW words a
                 # column, a sum (the maps passed add columns or constants), then the
-                # comparisons of the filters passed (not into leaves)
+                # comparisons of the filters passed
 RTW = 10
 
 # The terms of a route with R_AFF: kernels.affine's words, over the emitted data.
@@ -505,6 +505,49 @@ def _leave_copy(src, n, dst, o, proj, poff, plen, sign, t):
     return k
 
 
+@leaf
+def _leave_sums(src, n, dst, o, proj, poff, plen, sign, t):
+    """:func:`_leave_copy` of a route with sums or filters (R_AFF, see
+    :func:`_route_sums`): the rows every comparison holds for, their columns computed.
+    Returns the buffer's new row count, -1 when a negation overflows or -2 when a
+    checked sum does."""
+    pw = poff + AFW * plen
+    npred = proj[pw]
+    k = o
+    for r in range(n):
+        if not _passes(proj, pw, npred, src, r, 2):
+            continue
+        f = src[r, 1]
+        if sign < 0:
+            if f == I64_MIN:
+                return -1
+            f = -f
+        for c in range(plen):       # (into row k: compared with the row before it)
+            v, ov = _term(proj, poff + AFW * c, src, r)
+            if ov:
+                return -2
+            dst[k, 2 + c] = v
+        if k > 0 and dst[k - 1, 2 + plen] == t:
+            same = True
+            for c in range(plen):
+                if dst[k - 1, 2 + c] != dst[k, 2 + c]:
+                    same = False
+                    break
+            if same:
+                s, ov = add_checked(dst[k - 1, 1], f)
+                if not ov:
+                    if s == 0:
+                        k -= 1
+                    else:
+                        dst[k - 1, 1] = s
+                    continue
+        dst[k, 0] = 0
+        dst[k, 1] = f
+        dst[k, 2 + plen] = t
+        k += 1
+    return k
+
+
 @list_leaf
 def _emit(nodes, lp, bufs, cn, ln, sx, n, t):
     """Send rows ``[:n]`` of buffer ``sx`` of local node ``ln`` along its routes.
@@ -538,10 +581,14 @@ def _emit(nodes, lp, bufs, cn, ln, sx, n, t):
         nq = cn[_bn(q)]
         dst = list_item(bufs, q)
         if lp[rt + R_LEAVE] == 1:
-            k = _leave_copy(src, n, dst, nq, lp, po + lp[rt + R_POFF], lp[rt + R_PLEN],
-                            lp[rt + R_SIGN], t)
+            if lp[rt + R_AFF] == 0:
+                k = _leave_copy(src, n, dst, nq, lp, po + lp[rt + R_POFF],
+                                lp[rt + R_PLEN], lp[rt + R_SIGN], t)
+            else:
+                k = _leave_sums(src, n, dst, nq, lp, po + lp[rt + R_POFF],
+                                lp[rt + R_PLEN], lp[rt + R_SIGN], t)
             if k < 0:
-                return OVF_NEG
+                return OVF_NEG if k == -1 else OVF_MAP
             cn[_bn(q)] = k
         else:
             if lp[rt + R_AFF] == 0:

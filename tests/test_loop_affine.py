@@ -181,6 +181,35 @@ def test_a_route_computes_its_sums_row_by_row():
     assert dst1.tolist() == [[3, 2, 2**62, 10], [4, -1, 2**62, -7]]
 
 
+def test_a_route_into_a_leave_computes_filters_and_adds_up_equal_rows():
+    # Rows (iteration, diff, c0, c1) leave as (0, diff, c0 + c1, c1 - 1, t) where c1
+    # != 4 (the iteration dropped): the first adds to the row before o (data (10, 8)
+    # at time t), the two giving (6, 2) add up (2 + 3), the pair giving (7, 2)
+    # cancels, and the rows with c1 == 4 are filtered out.
+    from ddnumba.kernels import seqloop as S
+    t = 6
+    src = np.array([[0, 1, 1, 9], [1, 2, 3, 3], [2, 3, 3, 3], [1, 5, 0, 4],
+                    [3, 4, 4, 3], [0, -4, 4, 3], [4, 7, 1, 4], [1, 1, 10, 2]],
+                   np.int64)
+    words = [S.A_WRAP, 0, 1, 0, S.A_WRAP, 1, -1, -1,
+             1, S.A_WRAP, 1, -1, 0, S.CMP_NE, S.A_WRAP, -1, -1, 4]
+    proj = np.array(words, np.int64)
+    dst = np.full((12, 5), -1, np.int64)
+    dst[0] = [0, 6, 10, 8, t]                 # written by an earlier emit
+    k = S._leave_sums(src, src.shape[0], dst, 1, proj, 0, 2, 1, t)
+    assert dst[:k].tolist() == [[0, 7, 10, 8, t], [0, 5, 6, 2, t], [0, 1, 12, 1, t]]
+    # the sign, and the overflows
+    k = S._leave_sums(src[1:2], 1, dst, 0, proj, 0, 2, -1, t)
+    assert k == 1 and dst[0].tolist() == [0, -2, 6, 2, t]
+    neg = src[1:2].copy()
+    neg[0, 1] = -2**63
+    assert S._leave_sums(neg, 1, dst, 0, proj, 0, 2, -1, t) == -1
+    over = np.array(words, np.int64)
+    over[0] = S.A_CHECKED
+    big = np.array([[0, 1, 2**62, 2**62]], np.int64)
+    assert S._leave_sums(big, 1, dst, 0, over, 0, 2, 1, t) == -2
+
+
 @pytest.mark.parametrize("op, keeps", [
     ("CMP_LT", [1]), ("CMP_LE", [0, 1]), ("CMP_GT", [2]), ("CMP_GE", [0, 2]),
     ("CMP_EQ", [0]), ("CMP_NE", [1, 2])])
@@ -225,7 +254,7 @@ def _hop(op):
     if op == "checked":
         return (lambda n, v, d, w: (d, checked_sum(v, w, "hop: leaves int64")),
                 lambda n, v, d, w: (d, _wsum(v, w)))
-    if op in ("bounded", "prefilter"):      # (their filters: _FILTERS)
+    if op in ("bounded", "prefilter") or op in _TAILS:    # (_FILTERS, _TAILS)
         return lambda n, v, d, w: (d, v + w), lambda n, v, d, w: (d, _wsum(v, w))
     # constants and a column, over two maps in a row (composed into one sum)
     return (lambda n, v, d, w: (d, v - 7 + w),
@@ -238,6 +267,28 @@ _FILTERS = {
     "bounded": (lambda n, v: v <= 5, lambda row: row[1] <= 5),
     "prefilter": (lambda n, v, d, w: (w != 3) & (v + w < 80),
                   lambda row: row[3] != 3 and row[1] + row[3] < 80),
+}
+
+
+def _tail_ref(acc, f):
+    out = {}
+    for r, c in acc.items():
+        r = f(r)
+        if r is not None:
+            out[r] = out.get(r, 0) + c
+    return O.clean(out)
+
+
+# Operators after the loop's aggregate (so on the way out of the loop, into its leave,
+# as well as back to its start), and their references on Python ints.
+_TAILS = {
+    "tailmap": (lambda c: c.map(lambda n, v: (n, v + 1), names=["n", "v"]),
+                lambda acc: _tail_ref(acc, lambda r: (r[0], r[1] + 1))),
+    "tailfilter": (lambda c: c.filter(lambda n, v: v <= 5),
+                   lambda acc: _tail_ref(acc, lambda r: r if r[1] <= 5 else None)),
+    "tailchecked": (lambda c: c.map(lambda n, v: (n, checked_sum(v, 1, "tail: too far")),
+                                    names=["n", "v"]),
+                    lambda acc: _tail_ref(acc, lambda r: (r[0], r[1] + 1))),
 }
 
 
@@ -254,7 +305,8 @@ def _body(op, agg, edges, base):
         if op == "two":
             hop = hop.map(lambda n, v: (n, v + 2), names=["n", "v"])
         hop = hop.concat(base)
-        return hop.min("v", name="v") if agg == "min" else hop.distinct()
+        out = hop.min("v", name="v") if agg == "min" else hop.distinct()
+        return _TAILS[op][0](out) if op in _TAILS else out
     return body
 
 
@@ -271,14 +323,15 @@ def _ref_fixed_point(op, agg, edges, base):
         if op == "bounded":
             hop = {r: c for r, c in hop.items() if keep(r)}
         cat = O.clean(O.ref_concat(hop, base))
-        return O.clean(O.ref_min(cat, 0)) if agg == "min" else O.clean(O.ref_distinct(cat))
+        out = O.clean(O.ref_min(cat, 0)) if agg == "min" else O.clean(O.ref_distinct(cat))
+        return _TAILS[op][1](out) if op in _TAILS else out
     return O.fixed_point(step, base, N + 3)    # (a DAG of N nodes settles in N + 1)
 
 
 @pytest.mark.parametrize("seed", [1, 2])
 @pytest.mark.parametrize("agg", ["min", "distinct"])
 @pytest.mark.parametrize("op", ["plus1", "weight", "wrap", "checked", "two", "bounded",
-                                "prefilter"])
+                                "prefilter", "tailmap", "tailfilter", "tailchecked"])
 @pytest.mark.parametrize("engine", ENGINES)
 def test_loops_adding_along_paths_match_the_fixed_point(engine, op, agg, seed):
     rng = np.random.default_rng(seed)
@@ -406,9 +459,9 @@ def test_a_filter_on_a_route_with_a_checked_sum_runs_round_wise(engine):
 
 @pytest.mark.parametrize("tail", ["sum", "filter"])
 @pytest.mark.parametrize("engine", ENGINES)
-def test_a_sum_or_filter_leaving_a_loop_runs_round_wise(engine, tail):
-    # A sum or a filter on the way out of a loop (to its leave) is not taken by a
-    # sequential loop: the loop runs round-wise, with the same answer.
+def test_a_sum_or_filter_leaving_a_loop(engine, tail):
+    # A sum or a filter on the way out of a loop (to its leave): the sequential loop
+    # computes it as the rows leave (seqloop._leave_sums).
     df = dd.Dataflow(engine=engine, loops="sequential")
     h, c = df.new_input(["n", "v"])
     # (x - x + c, inside the loop, plus one or filtered: converges at once)
@@ -426,7 +479,7 @@ def test_a_sum_or_filter_leaving_a_loop_runs_round_wise(engine, tail):
     h.advance_to(2)
     df.run()
     if engine == "native":
-        assert df._native.sequential == [False]
+        assert df._native.sequential == [True]
     if tail == "sum":
         want1 = {(2, 21): 1, (3, 31): 1}
     assert O.captured_at(cap, 0, 2) == want0
