@@ -412,7 +412,7 @@ def _sequential(lp, mode):
             if isinstance(c, L.MapNode):
                 nxt = _compose(cols, c.affine())
             elif isinstance(c, L.FilterNode):
-                more = preds + _compose_filter(cols, c.affine())
+                more = preds + [_compose_filter(cols, c.affine())]
             elif not isinstance(c, (L.ConcatNode, L.NegateNode, FeedbackNode)):
                 _route_words(cols, preds)
                 continue
@@ -462,14 +462,22 @@ def _compose(cols, terms):
     return out
 
 
-def _compose_filter(cols, clauses):
-    """A filter's comparisons (:meth:`~ddnumba.operators.linear.FilterNode.affine`)
-    over the columns of the rows a route starts from (see _compose)."""
+def _compose_filter(cols, groups):
+    """A filter's comparisons (:meth:`~ddnumba.operators.linear.FilterNode.affine`:
+    groups of them, a row kept when all of some group hold) over the columns of the
+    rows a route starts from (see _compose)."""
     out = []
-    for left, op, right in clauses:
-        left, right = _compose(cols, [left, right])
-        out.append((left, op, right))
+    for group in groups:
+        out.append([])
+        for left, op, right in group:
+            left, right = _compose(cols, [left, right])
+            out[-1].append((left, op, right))
     return out
+
+
+def _clause_terms(preds):
+    """The terms compared by the filters ``preds`` (each a list of groups)."""
+    return [x for groups in preds for g in groups for c in g for x in (c[0], c[2])]
 
 
 def _term_words(term):
@@ -481,20 +489,23 @@ def _term_words(term):
 
 def _route_words(terms, preds=()):
     """A route's columns for :mod:`ddnumba.kernels.seqloop`: one word a column (the
-    source column) for a projection, else seqloop.AFW words a column (kind, first
-    column, second column, constant; see seqloop.A_WRAP) followed by the filters'
-    comparisons; and whether it is the latter (R_AFF). Raises Unsupported for a route
-    that both filters and holds a checked sum (whether a row that overflows is
-    filtered out first depends on the order of the two: such a loop runs
-    round-wise)."""
+    source column) for a projection, else kernels.affine's words: AFW words a column
+    (kind, first column, second column, constant; see affine.A_WRAP), then the
+    filters ``preds`` (each a list of groups of comparisons); and whether it is the
+    latter (R_AFF). Raises Unsupported for a route that both filters and holds a
+    checked sum (whether a row that overflows is filtered out first depends on the
+    order of the two: such a loop runs round-wise)."""
     if _is_projection(terms) and not preds:
         return [c[0] for c, _, _ in terms], 0
-    if preds and any(t[2] is not None for t in terms + [x for p in preds
-                                                         for x in (p[0], p[2])]):
+    if preds and any(t[2] is not None for t in terms + _clause_terms(preds)):
         raise Unsupported("a filter and a checked sum on one route")
     words = [w for t in terms for w in _term_words(t)] + [len(preds)]
-    for left, op, right in preds:
-        words += _term_words(left) + [op] + _term_words(right)
+    for groups in preds:
+        words.append(len(groups))
+        for group in groups:
+            words.append(len(group))
+            for left, op, right in group:
+                words += _term_words(left) + [op] + _term_words(right)
     return words, 1
 
 
@@ -514,8 +525,8 @@ def _affine_words(node):
     if isinstance(node, L.MapNode):
         cols, preds = terms, []
     else:
-        cols, preds = _identity(node.arity), terms
-        if any(t[2] is not None for p in preds for t in (p[0], p[2])):
+        cols, preds = _identity(node.arity), [terms]
+        if any(t[2] is not None for t in _clause_terms(preds)):
             return None
     words, _ = _route_words(cols, preds)
     if _is_projection(cols) and not preds:      # (_route_words gave columns)
@@ -650,7 +661,7 @@ def _seq_program(li, lp, ids, kind, prm):
     messages = []                   # those of the checked sums (seqloop.OVF_MAP)
 
     # The statistics of the linear nodes on the way: a route lists those it counts,
-    # each with the comparisons a row has passed before and after it (seqloop.R_COFF).
+    # each with the filters a row has passed before and after it (seqloop.R_COFF).
     # Routes from one node share the start of their paths, which the first of them
     # counts (a map read by two filters takes and emits its rows once; a concat
     # reading one node twice takes its rows twice: a path step is a node and its
@@ -660,7 +671,7 @@ def _seq_program(li, lp, ids, kind, prm):
             here = path + ((ids[id(c)], port),)
             more = preds
             if isinstance(c, L.FilterNode):
-                more = preds + _compose_filter(cols, c.affine())
+                more = preds + [_compose_filter(cols, c.affine())]
             count = counted + [(here, ids[id(c)], len(preds), len(more))]
             if isinstance(c, L.MapNode):
                 walk(src_i, c, _compose(cols, c.affine()), sign, shift, here, preds,

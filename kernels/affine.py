@@ -3,10 +3,12 @@ code (see :meth:`ddnumba.operators.linear.MapNode.affine` and
 :meth:`~ddnumba.operators.linear.FilterNode.affine`, which trace them).
 
 Such an operator is a list of int64 *words*: ``AFW`` words a column of its output, a
-*term* each, then the number of comparisons, then each comparison: a term, one of
-``CMP_LT ... CMP_NE``, a term. A row is kept when every comparison holds for it, and
-its output columns are the terms' values. A term is ``(kind, a, b, k)``, ``a`` and
-``b`` columns of the input row (-1: none):
+*term* each, then its *filters*: their number, then for each filter the number of its
+groups, and for each group the number of its comparisons followed by them, each a
+term, one of ``CMP_LT ... CMP_NE``, a term. A row passes a filter when every
+comparison of some group holds for it (a predicate in disjunctive normal form); it is
+kept when it passes every filter, and its output columns are the terms' values. A
+term is ``(kind, a, b, k)``, ``a`` and ``b`` columns of the input row (-1: none):
 
 * ``A_WRAP``: ``row[a] + row[b] + k``, wrapping as NumPy's int64 arithmetic does (a
   source column is ``(A_WRAP, c, -1, 0)``, a constant ``(A_WRAP, -1, -1, k)``);
@@ -63,17 +65,33 @@ def holds(x, op, y):
     return x != y
 
 
+CW = 2 * AFW + 1     # words of a comparison
+
+
 @njit(cache=True, nogil=True, inline="always")
 def passes(words, pw, m, src, r, c0):
-    """Whether the first ``m`` comparisons at ``words[pw + 1:]`` hold for row ``r``
-    (evaluated in order, up to the first that fails)."""
+    """Whether row ``r`` passes the first ``m`` filters at ``words[pw + 1:]`` (in
+    order, up to the first that fails; a group up to its first comparison that
+    fails)."""
     w = pw + 1
     for _ in range(m):
-        x, _ov = term(words, w, src, r, c0)
-        y, _ov = term(words, w + AFW + 1, src, r, c0)
-        if not holds(x, words[w + AFW], y):
+        ng = words[w]
+        w += 1
+        ok = False
+        for _ in range(ng):
+            nc = words[w]
+            w += 1
+            if not ok:
+                ok = True
+                for i in range(nc):
+                    x, _ov = term(words, w + i * CW, src, r, c0)
+                    y, _ov = term(words, w + i * CW + AFW + 1, src, r, c0)
+                    if not holds(x, words[w + i * CW + AFW], y):
+                        ok = False
+                        break
+            w += nc * CW
+        if not ok:
             return False
-        w += 2 * AFW + 1
     return True
 
 

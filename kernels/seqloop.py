@@ -17,8 +17,8 @@ plus the leaves that take its results out -- and *routes*: the linear operators
 between them (projections, concatenations, negations, maps that add columns or
 constants, ``lambda n, k, d: (d, k + 1)``, and filters comparing such sums) fold into
 a route from an emitting node to a *sink* (an arrangement, consolidate, feedback or
-leave), a column map (each column a source column or a sum, R_AFF; a filter's
-comparisons) with a sign and an iteration shift.
+leave), a column map (each column a source column or a sum, R_AFF; the filters'
+comparisons, kernels.affine) with a sign and an iteration shift.
 A feedback is folded into the routes through it (+1 to their shift) unless its rows
 reach another feedback; such a feedback stays a sink (+1 into it). Emitting writes each route's rows into its sink's queue; nothing
 else happens between stateful operators.
@@ -156,13 +156,13 @@ R_SHIFT = 2     # added to the iteration
 R_POFF = 3      # projection: columns (of the emitted data) at proj[POFF:POFF + PLEN]
 R_PLEN = 4
 R_COFF = 5      # the linear nodes whose statistics the route counts: CLEN triples at
-R_CLEN = 6      # chain[COFF:], the node and the comparisons (R_AFF) a row has passed
+R_CLEN = 6      # chain[COFF:], the node and the filters (R_AFF) a row has passed
                 # before it and after it
 R_BUF = 7       # the sink's queue buffer
 R_LEAVE = 8     # 1: the sink is a leave (rows carry the outer time)
-R_AFF = 9       # 0: proj holds a column a column (a projection); 1: AFW words a
-                # column, a sum (the maps passed add columns or constants), then the
-                # comparisons of the filters passed
+R_AFF = 9       # 0: proj holds a column a column (a projection); 1: kernels.affine's
+                # words, AFW a column (the maps passed add columns or constants), then
+                # the filters passed
 RTW = 10
 
 # The terms of a route with R_AFF: kernels.affine's words, over the emitted data.
@@ -439,12 +439,11 @@ def _term(proj, w, src, r):
 
 @leaf
 def _route_sums(src, n, dst, o, proj, poff, plen, sign, shift, cn, slot):
-    """:func:`_route_copy` of a route with sums or filters (R_AFF: AFW words a column
-    at ``proj[poff:]``, then the number of comparisons and theirs, see A_WRAP): the
-    rows every comparison holds for, from row ``o``. Sets ``cn[slot]`` to the row
-    after the last one written; returns the least iteration written (INF for none), -1
-    when a negation overflows or -2 when a checked sum does (a route with a checked
-    sum has no comparisons: ddnumba.native)."""
+    """:func:`_route_copy` of a route with sums or filters (R_AFF: kernels.affine's
+    words at ``proj[poff:]``): the rows that pass every filter, from row ``o``. Sets
+    ``cn[slot]`` to the row after the last one written; returns the least iteration
+    written (INF for none), -1 when a negation overflows or -2 when a checked sum
+    does (a route with a checked sum has no filters: ddnumba.native)."""
     best = INF
     pw = poff + AFW * plen
     npred = proj[pw]
@@ -624,12 +623,11 @@ def _emit(nodes, lp, bufs, cn, ln, sx, n, t):
 @leaf
 def _chain_stats(src, n, proj, poff, plen, c0, c1, cn, so):
     """The statistics of the linear nodes a filtered route counts (``proj[c0:c1]``,
-    see R_COFF) for rows ``src[:n]``: a node takes the rows that hold for the
-    comparisons before it and emits those that hold for the comparisons up to its
-    own. The comparisons are evaluated again here (only routes with filters come
-    here)."""
+    see R_COFF) for rows ``src[:n]``: a node takes the rows that pass the filters
+    before it and emits those that pass the filters up to itself. The filters are
+    evaluated again here (only routes with filters come here)."""
     pw = poff + AFW * plen
-    cur = n          # the rows passing the first ``done`` comparisons
+    cur = n          # the rows passing the first ``done`` filters
     done = 0
     for c in range(c0, c1, 3):
         into = cur

@@ -84,33 +84,61 @@ def _filter_clauses(pred, arity_in=3):
 A, B, X = ((0,), 0, None), ((1,), 0, None), ((2,), 0, None)
 
 
+C3 = ((), 3, None)
+
+
 @pytest.mark.parametrize("pred, want", [
-    (lambda a, b, x: a < 3, [(A, L.CMP_LT, ((), 3, None))]),
-    (lambda a, b, x: 3 < a, [(A, L.CMP_GT, ((), 3, None))]),
+    (lambda a, b, x: a < 3, [[(A, L.CMP_LT, C3)]]),
+    (lambda a, b, x: 3 < a, [[(A, L.CMP_GT, C3)]]),
     (lambda a, b, x: (a + 1 <= b) & (x != 2),
-     [(((0,), 1, None), L.CMP_LE, B), (X, L.CMP_NE, ((), 2, None))]),
+     [[(((0,), 1, None), L.CMP_LE, B), (X, L.CMP_NE, ((), 2, None))]]),
     (lambda a, b, x: (a >= x) & (b == 0) & (b + x > -5),
-     [(A, L.CMP_GE, X), (B, L.CMP_EQ, ((), 0, None)), (((1, 2), 0, None), L.CMP_GT,
-                                                         ((), -5, None))]),
+     [[(A, L.CMP_GE, X), (B, L.CMP_EQ, ((), 0, None)), (((1, 2), 0, None), L.CMP_GT,
+                                                          ((), -5, None))]]),
+    # | and ~, in disjunctive normal form
+    (lambda a, b, x: (a < 3) | (b > x), [[(A, L.CMP_LT, C3)], [(B, L.CMP_GT, X)]]),
+    (lambda a, b, x: ~(a < 3), [[(A, L.CMP_GE, C3)]]),
+    (lambda a, b, x: ~((a <= 3) & (b != x)), [[(A, L.CMP_GT, C3)], [(B, L.CMP_EQ, X)]]),
+    (lambda a, b, x: ~((a == 3) | (b >= x)), [[(A, L.CMP_NE, C3), (B, L.CMP_LT, X)]]),
+    (lambda a, b, x: ((a < 3) | (b < 3)) & (x > 3),
+     [[(A, L.CMP_LT, C3), (X, L.CMP_GT, C3)], [(B, L.CMP_LT, C3), (X, L.CMP_GT, C3)]]),
 ])
 def test_a_filter_of_comparisons_is_traced(pred, want):
     assert _filter_clauses(pred) == want
 
 
+def _or_of(k):
+    """``(a == 0) | (b == 1) | ...``: ``k`` groups of one comparison each."""
+    def pred(a, b, x):
+        out = a == 0
+        for i in range(1, k):
+            out = out | (b == i)
+        return out
+    return pred
+
+
 @pytest.mark.parametrize("pred", [
-    lambda a, b, x: (a < 3) | (b > 1),
-    lambda a, b, x: ~(a < 3),
-    lambda a, b, x: (a < 3) and (b > 1),        # truth of a comparison
+    lambda a, b, x: (a < 3) or (b > 1),         # truth of a comparison
+    lambda a, b, x: (a < 3) and (b > 1),
+    lambda a, b, x: not (a < 3),
     lambda a, b, x: np.logical_and(a < 3, b > 1),
+    lambda a, b, x: (a < 3) ^ (b > 1),
     lambda a, b, x: a * 2 < 3,
     lambda a, b, x: a < 2**63,                  # a constant beyond int64
     lambda a, b, x: a,                          # not a mask
     lambda a, b, x: np.ones(len(a), bool),
     # tells symbolic columns from arrays: the random check disagrees
     lambda a, b, x: a < (3 if isinstance(a, np.ndarray) else 0),
+    # more than MAX_GROUPS groups: 17 of them, or 5 x 4 once multiplied out
+    _or_of(L.MAX_GROUPS + 1),
+    lambda a, b, x: _or_of(5)(a, b, x) & _or_of(4)(b, a, x),
 ])
 def test_a_filter_that_is_not_comparisons_is_not_traced(pred):
     assert _filter_clauses(pred) is None
+
+
+def test_a_predicate_of_max_groups_is_traced():
+    assert len(_filter_clauses(_or_of(L.MAX_GROUPS))) == L.MAX_GROUPS
 
 
 def test_the_comparisons_agree_with_the_kernels():
@@ -122,12 +150,14 @@ def test_the_comparisons_agree_with_the_kernels():
 def test_a_filter_after_maps_compares_their_sums():
     from ddnumba.native import _compose_filter
     hop = _compose(_identity(4), [((2,), 0, None), ((1, 3), -7, None)])   # (d, v + w - 7)
-    assert _compose_filter(hop, [(B, L.CMP_LE, ((), 5, None)),
-                                 (A, L.CMP_NE, ((1,), 1, None))]) == [
-        (((1, 3), -7, None), L.CMP_LE, ((), 5, None)),
-        (((2,), 0, None), L.CMP_NE, ((1, 3), -6, None))]
+    assert _compose_filter(hop, [[(B, L.CMP_LE, ((), 5, None)),
+                                  (A, L.CMP_NE, ((1,), 1, None))],
+                                 [(A, L.CMP_EQ, ((), 2, None))]]) == [
+        [(((1, 3), -7, None), L.CMP_LE, ((), 5, None)),
+         (((2,), 0, None), L.CMP_NE, ((1, 3), -6, None))],
+        [(((2,), 0, None), L.CMP_EQ, ((), 2, None))]]
     with pytest.raises(Unsupported):                  # v + w - 7 + d: three columns
-        _compose_filter(hop, [(((0, 1), 0, None), L.CMP_LT, ((), 0, None))])
+        _compose_filter(hop, [[(((0, 1), 0, None), L.CMP_LT, ((), 0, None))]])
 
 
 def test_composed_maps_stay_one_sum_or_are_refused():
@@ -159,7 +189,7 @@ def test_a_route_computes_its_sums_row_by_row():
              S.A_WRAP, -1, -1, 7,            # 7
              S.A_CHECKED, 0, 1, 0,           # c0 + c1, checked
              S.A_CHECKED, 2, -1, -1,         # c2 - 1, checked
-             0]                              # no comparisons
+             0]                              # no filters
     proj = np.array([99] + words, np.int64)
     dst = np.zeros((3, 7), np.int64)
     cn = np.zeros(3, np.int64)
@@ -192,7 +222,7 @@ def test_a_route_into_a_leave_computes_filters_and_adds_up_equal_rows():
                     [3, 4, 4, 3], [0, -4, 4, 3], [4, 7, 1, 4], [1, 1, 10, 2]],
                    np.int64)
     words = [S.A_WRAP, 0, 1, 0, S.A_WRAP, 1, -1, -1,
-             1, S.A_WRAP, 1, -1, 0, S.CMP_NE, S.A_WRAP, -1, -1, 4]
+             1, 1, 1, S.A_WRAP, 1, -1, 0, S.CMP_NE, S.A_WRAP, -1, -1, 4]
     proj = np.array(words, np.int64)
     dst = np.full((12, 5), -1, np.int64)
     dst[0] = [0, 6, 10, 8, t]                 # written by an earlier emit
@@ -219,7 +249,7 @@ def test_a_route_keeps_the_rows_its_comparisons_hold_for(op, keeps):
     from ddnumba.kernels import seqloop as S
     src = np.array([[0, 1, 4, 2], [1, 1, 2, 7], [2, 1, 8, -3], [3, 1, 5, 2]], np.int64)
     words = [S.A_WRAP, 1, -1, 0,                        # the output: c1
-             2,                                         # two comparisons
+             1, 1, 2,                                   # a filter: two comparisons
              S.A_WRAP, 0, -1, 1, getattr(S, op), S.A_WRAP, 1, -1, 3,
              S.A_WRAP, 0, -1, 0, S.CMP_NE, S.A_WRAP, -1, -1, 5]
     proj = np.array(words, np.int64)
@@ -230,6 +260,30 @@ def test_a_route_keeps_the_rows_its_comparisons_hold_for(op, keeps):
     assert best == min(keeps)
     assert dst[2:cn[0]].tolist() == [[k, 1, int(src[k, 3])] for k in keeps]
     assert (dst[cn[0]:] == -1).all() and (dst[:2] == -1).all()
+
+
+def test_a_route_keeps_the_rows_some_group_of_every_filter_holds_for():
+    # filter 1: (c0 == 5) | (c1 == 5); filter 2: (c0 < 3) & (c1 > 3) | (c0 > 3) & (c1
+    # < 3). Rows 1, 2 and 3 pass the first, rows 1 and 2 the second.
+    from ddnumba.kernels import seqloop as S
+
+    def cmp(a, op, k):
+        return [S.A_WRAP, a, -1, 0, op, S.A_WRAP, -1, -1, k]
+    src = np.array([[0, 1, 0, 0], [1, 1, 1, 5], [2, 1, 5, 1], [3, 1, 5, 5],
+                    [4, 1, 2, 2]], np.int64)
+    words = ([S.A_WRAP, 0, -1, 0, 2,
+              2, 1] + cmp(0, S.CMP_EQ, 5) + [1] + cmp(1, S.CMP_EQ, 5) +
+             [2, 2] + cmp(0, S.CMP_LT, 3) + cmp(1, S.CMP_GT, 3) +
+             [2] + cmp(0, S.CMP_GT, 3) + cmp(1, S.CMP_LT, 3))
+    proj = np.array(words, np.int64)
+    dst = np.full((5, 3), -1, np.int64)
+    cn = np.zeros(1, np.int64)
+    assert S._route_sums(src, 5, dst, 0, proj, 0, 1, 1, 0, cn, 0) == 1
+    assert cn[0] == 2 and dst[:2].tolist() == [[1, 1, 1], [2, 1, 5]]
+    # the first filter alone (kernels.affine.passes, as the statistics count)
+    from ddnumba.kernels.affine import passes
+    assert [passes(proj, 4, 1, src, r, 2) for r in range(5)] == \
+        [False, True, True, True, False]
 
 
 # -------------------------------------------------------------------------- oracle
@@ -254,7 +308,7 @@ def _hop(op):
     if op == "checked":
         return (lambda n, v, d, w: (d, checked_sum(v, w, "hop: leaves int64")),
                 lambda n, v, d, w: (d, _wsum(v, w)))
-    if op in ("bounded", "prefilter") or op in _TAILS:    # (_FILTERS, _TAILS)
+    if op in _FILTERS or op in _TAILS:
         return lambda n, v, d, w: (d, v + w), lambda n, v, d, w: (d, _wsum(v, w))
     # constants and a column, over two maps in a row (composed into one sum)
     return (lambda n, v, d, w: (d, v - 7 + w),
@@ -262,9 +316,12 @@ def _hop(op):
 
 
 # Filters, and their references on Python ints: "bounded" keeps the hops' sums up to
-# 5 (after the map), "prefilter" the join's rows with w != 3 and v + w < 80 (before).
+# 5 (after the map), "either" those up to 2 and those into node 4 that are not 7
+# (after), "prefilter" the join's rows with w != 3 and v + w < 80 (before).
 _FILTERS = {
     "bounded": (lambda n, v: v <= 5, lambda row: row[1] <= 5),
+    "either": (lambda n, v: (v <= 2) | ~((n != 4) | (v == 7)),
+               lambda row: row[1] <= 2 or (row[0] == 4 and row[1] != 7)),
     "prefilter": (lambda n, v, d, w: (w != 3) & (v + w < 80),
                   lambda row: row[3] != 3 and row[1] + row[3] < 80),
 }
@@ -300,7 +357,7 @@ def _body(op, agg, edges, base):
         if op == "prefilter":
             joined = joined.filter(_FILTERS[op][0])
         hop = joined.map(f, names=["n", "v"])
-        if op == "bounded":
+        if op in ("bounded", "either"):
             hop = hop.filter(_FILTERS[op][0])
         if op == "two":
             hop = hop.map(lambda n, v: (n, v + 2), names=["n", "v"])
@@ -320,7 +377,7 @@ def _ref_fixed_point(op, agg, edges, base):
         if op == "prefilter":
             joined = {r: c for r, c in joined.items() if keep(r)}
         hop = O.ref_map(g, 4)(joined)
-        if op == "bounded":
+        if op in ("bounded", "either"):
             hop = {r: c for r, c in hop.items() if keep(r)}
         cat = O.clean(O.ref_concat(hop, base))
         out = O.clean(O.ref_min(cat, 0)) if agg == "min" else O.clean(O.ref_distinct(cat))
@@ -331,7 +388,8 @@ def _ref_fixed_point(op, agg, edges, base):
 @pytest.mark.parametrize("seed", [1, 2])
 @pytest.mark.parametrize("agg", ["min", "distinct"])
 @pytest.mark.parametrize("op", ["plus1", "weight", "wrap", "checked", "two", "bounded",
-                                "prefilter", "tailmap", "tailfilter", "tailchecked"])
+                                "either", "prefilter", "tailmap", "tailfilter",
+                                "tailchecked"])
 @pytest.mark.parametrize("engine", ENGINES)
 def test_loops_adding_along_paths_match_the_fixed_point(engine, op, agg, seed):
     rng = np.random.default_rng(seed)

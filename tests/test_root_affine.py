@@ -39,6 +39,8 @@ FILTERS = {
     "sum": (lambda k, v: (k + v >= 3) & (v != 2), lambda k, v: k + v >= 3 and v != 2),
     "const": (lambda k, v: 1 >= v, lambda k, v: v <= 1),
     "eq": (lambda k, v: k == v - 1, lambda k, v: k == v - 1),
+    "or": (lambda k, v: (k < 1) | (v == k + 2), lambda k, v: k < 1 or v == k + 2),
+    "not": (lambda k, v: ~((k >= 2) & (v != 3)), lambda k, v: not (k >= 2 and v != 3)),
 }
 
 

@@ -109,7 +109,7 @@ class _Column:
         return self
 
     def _cmp(self, other, op):
-        return _Cond([(_term(self), op, _term(other))])
+        return _Cond([[(_term(self), op, _term(other))]])
 
     def __lt__(self, other):
         return self._cmp(other, CMP_LT)
@@ -155,26 +155,52 @@ def _term(x):
     return ((), _constant(x), None)
 
 
+#: the comparison that holds exactly where ``op`` does not (``~``)
+_NEGATED = {CMP_LT: CMP_GE, CMP_LE: CMP_GT, CMP_GT: CMP_LE, CMP_GE: CMP_LT,
+            CMP_EQ: CMP_NE, CMP_NE: CMP_EQ}
+#: the most conjunctions a traced predicate may expand to (``&`` of ``|``s multiplies)
+MAX_GROUPS = 16
+
+
 class _Cond:
-    """A filter predicate traced symbolically (:meth:`FilterNode.affine`): the
-    conjunction (``&``) of comparisons ``(left, op, right)`` of terms. Every other use
-    raises _NotAffine (``and``, ``|``, ``~``, truth)."""
-    __slots__ = ("clauses",)
+    """A filter predicate traced symbolically (:meth:`FilterNode.affine`), in
+    disjunctive normal form: a row is kept when, for some group of ``groups``, every
+    comparison ``(left, op, right)`` of terms in it holds. ``&``, ``|`` and ``~`` of
+    such predicates are predicates; every other use raises _NotAffine (``and``,
+    ``or``, ``not``, truth), as does a predicate of more than MAX_GROUPS groups."""
+    __slots__ = ("groups",)
     __array_ufunc__ = None
 
-    def __init__(self, clauses):
-        self.clauses = list(clauses)
+    def __init__(self, groups):
+        if len(groups) > MAX_GROUPS:
+            raise _NotAffine
+        self.groups = [list(g) for g in groups]
 
     def __and__(self, other):
         if not isinstance(other, _Cond):
             raise _NotAffine
-        return _Cond(self.clauses + other.clauses)
+        if len(self.groups) * len(other.groups) > MAX_GROUPS:
+            raise _NotAffine
+        return _Cond([a + b for a in self.groups for b in other.groups])
+
+    def __or__(self, other):
+        if not isinstance(other, _Cond):
+            raise _NotAffine
+        return _Cond(self.groups + other.groups)
+
+    def __invert__(self):
+        # not (g1 or g2 ...) = (not g1) and (not g2) ..., and not (c1 and c2 ...) =
+        # (not c1) or (not c2) ...
+        out = _Cond([[]])
+        for g in self.groups:
+            out = out & _Cond([[(x, _NEGATED[op], y)] for x, op, y in g])
+        return out
 
     def _refuse(self, *args, **kwargs):
         raise _NotAffine
 
-    (__rand__, __or__, __ror__, __xor__, __rxor__, __invert__, __bool__, __len__,
-     __iter__, __array__, __eq__, __ne__) = (_refuse,) * 12
+    (__rand__, __ror__, __xor__, __rxor__, __bool__, __len__, __iter__, __array__,
+     __eq__, __ne__) = (_refuse,) * 10
     __hash__ = None
 
     def __getattr__(self, name):
@@ -222,12 +248,15 @@ def affine_values(terms, data):
     return out
 
 
-def affine_mask(clauses, data):
-    """The rows of ``data`` that the clauses of :meth:`FilterNode.affine` keep."""
-    keep = np.ones(data.shape[0], bool)
-    for left, op, right in clauses:
-        v = affine_values([left, right], data)
-        keep &= _CMP_NP[op](v[:, 0], v[:, 1])
+def affine_mask(groups, data):
+    """The rows of ``data`` that a predicate of :meth:`FilterNode.affine` keeps."""
+    keep = np.zeros(data.shape[0], bool)
+    for group in groups:
+        hold = np.ones(data.shape[0], bool)
+        for left, op, right in group:
+            v = affine_values([left, right], data)
+            hold &= _CMP_NP[op](v[:, 0], v[:, 1])
+        keep |= hold
     return keep
 
 
@@ -371,12 +400,14 @@ class FilterNode(Node):
 
 
     def affine(self):
-        """The predicate as comparisons of sums, when ``pred`` is one or a conjunction
-        (``&``) of them: a list of ``(left, op, right)``, ``left`` and ``right`` terms
-        of :meth:`MapNode.affine` (a column, a sum, a checked sum or a constant) and
-        ``op`` one of CMP_LT ... CMP_NE; else None. Traced on symbolic columns, then
-        checked on random columns. Sequential loops run such filters in compiled code
-        (``lambda n, d: d < 10``)."""
+        """The predicate as comparisons of sums, when ``pred`` is a comparison or
+        ``&``, ``|`` and ``~`` of comparisons: a list of groups, a row kept when every
+        comparison of some group holds for it (at most MAX_GROUPS groups), each
+        comparison ``(left, op, right)``, ``left`` and ``right`` terms of
+        :meth:`MapNode.affine` (a column, a sum, a checked sum or a constant) and ``op``
+        one of CMP_LT ... CMP_NE; else None. Traced on symbolic columns, then checked
+        on random columns. The native engine runs such filters in compiled code
+        (``lambda n, d: (d < 10) | (n == 0)``)."""
         cached = getattr(self, "_affine", False)
         if cached is not False:
             return cached
@@ -385,16 +416,16 @@ class FilterNode(Node):
         out = _traced(self.pred, arity_in)
         if not isinstance(out, _Cond):
             return None
-        clauses = out.clauses
+        groups = out.groups
 
         def same(data, got):
             got = np.asarray(got)
             return got.dtype == np.bool_ and got.shape == (len(data),) and \
-                np.array_equal(got, affine_mask(clauses, data))
+                np.array_equal(got, affine_mask(groups, data))
         if not _agrees(self.pred, arity_in, same, -4, 4):
             return None
-        self._affine = clauses
-        return clauses
+        self._affine = groups
+        return groups
 
 
 class FlatMapNode(Node):
