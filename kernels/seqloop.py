@@ -437,6 +437,18 @@ def _term(proj, w, src, r):
     return _aterm(proj, w, src, r, 2)
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _sums_into(proj, poff, plen, src, r, dst, k):
+    """The columns of row ``r`` through a route with sums (``proj[poff:]``, AFW words
+    a column) into row ``k`` of ``dst``; False when a checked sum overflows."""
+    for c in range(plen):
+        v, ov = _term(proj, poff + AFW * c, src, r)
+        if ov:
+            return False
+        dst[k, 2 + c] = v
+    return True
+
+
 @leaf
 def _route_sums(src, n, dst, o, proj, poff, plen, sign, shift, cn, slot):
     """:func:`_route_copy` of a route with sums or filters (R_AFF: kernels.affine's
@@ -454,11 +466,8 @@ def _route_sums(src, n, dst, o, proj, poff, plen, sign, shift, cn, slot):
         best = _route_head(src, r, dst, k, sign, shift, best)
         if best < 0:
             return -1
-        for c in range(plen):
-            v, ov = _term(proj, poff + AFW * c, src, r)
-            if ov:
-                return -2
-            dst[k, 2 + c] = v
+        if not _sums_into(proj, poff, plen, src, r, dst, k):
+            return -2
         k += 1
     cn[slot] = k
     return best
@@ -481,69 +490,55 @@ def _leave_copy(src, n, dst, o, proj, poff, plen, sign, t):
             if f == I64_MIN:
                 return -1
             f = -f
-        if k > 0 and dst[k - 1, 2 + plen] == t:
-            same = True
-            for c in range(plen):
-                if dst[k - 1, 2 + c] != src[r, 2 + proj[poff + c]]:
-                    same = False
-                    break
-            if same:
-                s, ov = add_checked(dst[k - 1, 1], f)
-                if not ov:
-                    if s == 0:
-                        k -= 1
-                    else:
-                        dst[k - 1, 1] = s
-                    continue
-        dst[k, 0] = 0
-        dst[k, 1] = f
         for c in range(plen):
             dst[k, 2 + c] = src[r, 2 + proj[poff + c]]
-        dst[k, 2 + plen] = t
-        k += 1
+        k = _leave_row(dst, k, plen, f, t)
     return k
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _leave_row(dst, k, plen, f, t):
+    """Row ``k`` of a leave's buffer holds a leaving row's data: add diff ``f`` to
+    row ``k - 1`` when its data and time ``t`` are the same (both rows go when the sum
+    is zero), else complete row ``k``. Returns the buffer's new row count."""
+    if k > 0 and dst[k - 1, 2 + plen] == t:
+        same = True
+        for c in range(plen):
+            if dst[k - 1, 2 + c] != dst[k, 2 + c]:
+                same = False
+                break
+        if same:
+            s, ov = add_checked(dst[k - 1, 1], f)
+            if not ov:
+                if s == 0:
+                    return k - 1
+                dst[k - 1, 1] = s
+                return k
+    dst[k, 0] = 0
+    dst[k, 1] = f
+    dst[k, 2 + plen] = t
+    return k + 1
 
 
 @leaf
 def _leave_sums(src, n, dst, o, proj, poff, plen, sign, t):
     """:func:`_leave_copy` of a route with sums or filters (R_AFF, see
-    :func:`_route_sums`): the rows every comparison holds for, their columns computed.
+    :func:`_route_sums`): the rows that pass every filter, their columns computed.
     Returns the buffer's new row count, -1 when a negation overflows or -2 when a
     checked sum does."""
-    pw = poff + AFW * plen
-    npred = proj[pw]
+    pw = poff + AFW * plen          # (the filters: see kernels.affine)
     k = o
     for r in range(n):
-        if not _passes(proj, pw, npred, src, r, 2):
+        if not _passes(proj, pw, proj[pw], src, r, 2):
             continue
         f = src[r, 1]
         if sign < 0:
             if f == I64_MIN:
                 return -1
             f = -f
-        for c in range(plen):       # (into row k: compared with the row before it)
-            v, ov = _term(proj, poff + AFW * c, src, r)
-            if ov:
-                return -2
-            dst[k, 2 + c] = v
-        if k > 0 and dst[k - 1, 2 + plen] == t:
-            same = True
-            for c in range(plen):
-                if dst[k - 1, 2 + c] != dst[k, 2 + c]:
-                    same = False
-                    break
-            if same:
-                s, ov = add_checked(dst[k - 1, 1], f)
-                if not ov:
-                    if s == 0:
-                        k -= 1
-                    else:
-                        dst[k - 1, 1] = s
-                    continue
-        dst[k, 0] = 0
-        dst[k, 1] = f
-        dst[k, 2 + plen] = t
-        k += 1
+        if not _sums_into(proj, poff, plen, src, r, dst, k):
+            return -2
+        k = _leave_row(dst, k, plen, f, t)
     return k
 
 
