@@ -497,6 +497,12 @@ def _route_words(terms, preds=()):
     order of the two: such a loop runs round-wise)."""
     if _is_projection(terms) and not preds:
         return [c[0] for c, _, _ in terms], 0
+    return _affine_words_of(terms, preds), 1
+
+
+def _affine_words_of(terms, preds):
+    """kernels.affine's words of columns ``terms`` and filters ``preds`` (see
+    _route_words, which raises as this does)."""
     if preds and any(t[2] is not None for t in terms + _clause_terms(preds)):
         raise Unsupported("a filter and a checked sum on one route")
     words = [w for t in terms for w in _term_words(t)] + [len(preds)]
@@ -506,14 +512,15 @@ def _route_words(terms, preds=()):
             words.append(len(group))
             for left, op, right in group:
                 words += _term_words(left) + [op] + _term_words(right)
-    return words, 1
+    return words
 
 
 def _affine_words(node):
     """A map of sums or a filter of comparisons outside sequential loops, for
     kernels.runtime's K_AFFINE: ``(words, output columns, messages of its checked
     sums)``; None when it is not one (or is a filter whose comparisons hold a checked
-    sum: its overflow is not reported by the kernel, so it keeps its callback)."""
+    sum: the kernel does not report its overflow, so it keeps its callback, whose
+    predicate raises)."""
     from ddnumba.operators import linear as L
     cached = getattr(node, "_affine_words", False)
     if cached is not False:
@@ -522,15 +529,12 @@ def _affine_words(node):
     terms = node.affine()
     if terms is None:
         return None
-    if isinstance(node, L.MapNode):
-        cols, preds = terms, []
-    else:
-        cols, preds = _identity(node.arity), [terms]
-        if any(t[2] is not None for t in _clause_terms(preds)):
-            return None
-    words, _ = _route_words(cols, preds)
-    if _is_projection(cols) and not preds:      # (_route_words gave columns)
-        words = [w for c in cols for w in _term_words(c)] + [0]
+    cols, preds = (terms, []) if isinstance(node, L.MapNode) else \
+        (_identity(node.arity), [terms])
+    try:
+        words = _affine_words_of(cols, preds)
+    except Unsupported:
+        return None
     messages = list(dict.fromkeys(m for _, _, m in cols if m is not None))
     node._affine_words = (words, len(cols), messages)
     return node._affine_words
@@ -777,11 +781,11 @@ class NativeEngine:
         inputs = {id(h): i for i, h in enumerate(df.inputs)}
         for i, node in enumerate(order):
             group = int(scope_of[i]) + 1
+            cols = node.projection() if isinstance(node, L.MapNode) else None
             if isinstance(node, InputNode):
                 kind[i] = _rt.K_INPUT
                 prm[i, 0] = inputs[id(node.handle)]
-            elif isinstance(node, L.MapNode) and node.projection() is not None:
-                cols = node.projection()
+            elif cols is not None:
                 kind[i] = _rt.K_PROJECT
                 prm[i, 0] = len(proj)
                 prm[i, 1] = len(cols)
