@@ -672,6 +672,9 @@ def _check_args(p, args):
     for v in getattr(args, "mib", None) or []:
         if not (math.isfinite(v) and v > 0):
             p.error(f"{cmd}: --mib must be a positive size, got {v}")
+    touch = getattr(args, "touch", None) if cmd == "memory" else None
+    if touch is not None and not (math.isfinite(touch) and touch >= 0):
+        p.error(f"{cmd}: --touch must be a size in MiB (0: none), got {touch}")
     plot = getattr(args, "plot", None)
     if plot and not os.path.isdir(os.path.dirname(os.path.abspath(plot))):
         p.error(f"{cmd}: --plot {plot}: no such directory")

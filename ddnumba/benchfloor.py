@@ -25,7 +25,12 @@ the most that batch-wide rounds could save in lookups.
 *Memory.* :func:`memory_latency` times random loads over working sets of growing size
 (:mod:`ddnumba.kernels.memlat`): one load depending on the previous one (a pointer
 chase: the latency) and loads with addresses known in advance (what overlapping
-buys at most).
+buys at most). :func:`first_touch` times writing memory the process has never touched
+(every page must be backed on its first write: by the kernel, and on a virtual machine
+whose host backs guest memory lazily or takes back what the guest frees, by the host
+too) against writing memory just given back and taken again (pages the kernel recycles
+at once). On the benchmark machines the first costs ~3.5 s per GiB in some sittings and
+the second ~0.1 s: a load that first-touches ~3 GiB spends ~10 s of system time there.
 """
 from __future__ import annotations
 
@@ -34,7 +39,7 @@ import time
 import numpy as np
 
 __all__ = ["min_corrections", "batch_sharing", "engine_corrections", "memory_latency",
-           "add_parser", "main"]
+           "first_touch", "add_parser", "main"]
 
 
 def _depths(n, src, dst, roots):
@@ -236,6 +241,27 @@ def memory_latency(sizes_mib, *, steps=2_000_000, seed=1):
     return rows
 
 
+def first_touch(mib=512.0):
+    """Seconds per GiB to write one word in every 4 KiB page of ``mib`` MiB of fresh
+    memory (``fresh``: a new mapping, every page faulted in and zeroed, and backed by
+    the host on a virtual machine that backs memory lazily), and to do the same once
+    that memory is freed and at once allocated again (``recycled``: pages the kernel
+    has just taken back, already backed): ``{"mib", "fresh_s_per_gib",
+    "recycled_s_per_gib"}``."""
+    if not (mib > 0 and np.isfinite(mib)):
+        raise ValueError(f"first_touch: the size must be positive, not {mib}")
+    words = max(512, int(mib * 2 ** 20) // 8)
+    gib = words * 8 / 2 ** 30
+    out = {"mib": mib}
+    for key in ("fresh_s_per_gib", "recycled_s_per_gib"):
+        t = time.perf_counter()
+        a = np.empty(words, np.int64)       # (large: a new mapping of its own)
+        a[::512] = 1
+        out[key] = (time.perf_counter() - t) / gib
+        del a
+    return out
+
+
 def add_parser(sub):
     f = sub.add_parser("floor", help="the least corrections the benchmark needs, against "
                                      "the engine's")
@@ -257,6 +283,8 @@ def add_parser(sub):
     mem.add_argument("--mib", type=float, nargs="+",
                      default=[0.25, 1, 2, 4, 8, 16, 64, 256, 1024])
     mem.add_argument("--steps", type=int, default=2_000_000)
+    mem.add_argument("--touch", type=float, default=512.0,
+                     help="MiB of fresh memory to time first writes over (0: none)")
 
 
 def main(args):
@@ -264,6 +292,11 @@ def main(args):
         print(f"{'MiB':>8} {'dependent ns':>13} {'independent ns':>15}")
         for r in memory_latency(args.mib, steps=args.steps):
             print(f"{r['mib']:8g} {r['dependent_ns']:13.1f} {r['independent_ns']:15.1f}")
+        if args.touch > 0:
+            ft = first_touch(args.touch)
+            print(f"first writes over {args.touch:g} MiB: {ft['fresh_s_per_gib']:.2f} s per "
+                  f"GiB of fresh memory, {ft['recycled_s_per_gib']:.2f} s per GiB freed "
+                  f"and taken again at once")
         return
     if args.cmd == "sharing":
         print("per change: the loop variable's changes; node lookups by the join's "

@@ -13,6 +13,12 @@ process and in this order, so that the load's peak memory is the process's:
 3. The sustained run at ``--small`` nodes: ``--sustained`` single changes (default
    1,000,000) from a fresh load; the p99 of the last 1,000 runs before 1,000 changes
    and before the end, and the state's records at both points.
+4. ``--touch`` MiB (default 512) of fresh memory written once
+   (:func:`ddnumba.benchfloor.first_touch`), when the process has long been small: what
+   backing a page costs in this sitting. A load's system CPU time (printed beside its
+   seconds) is mostly the first touches of the ~3 GiB it builds, and on the benchmark
+   machines that cost varies by sitting from ~0.1 to ~4 s per GiB (HISTORY, forty-ninth
+   session), which is most of the difference between a 14 s and a 21 s load.
 
 and prints one line per target: what it asks, what was measured, *met* or *missed*.
 Throughput is ``B`` over the median run's seconds, as everywhere in the benchmark.
@@ -30,6 +36,7 @@ command exit with status 1; ``--strict`` also exits with 1 when a target is miss
 from __future__ import annotations
 
 import json
+import math
 import resource
 import sys
 import time
@@ -78,10 +85,15 @@ def _segments(side, n, single, runs, figs, checks, progress):
     _say(f"N={n:,}: load, {single} single changes, then {runs} runs of {b:,}")
     s = ReachSession(n, single + runs * b)
     try:
+        r0 = resource.getrusage(resource.RUSAGE_SELF)
         load_s = s.load()
         if side == "large":
+            r1 = resource.getrusage(resource.RUSAGE_SELF)
             figs["load_s"] = load_s
             figs["load_peak_gib"] = _peak_rss_gib()
+            # (system time: mostly the first touches of fresh memory, see first_touch)
+            figs["load_user_s"] = r1.ru_utime - r0.ru_utime
+            figs["load_sys_s"] = r1.ru_stime - r0.ru_stime
         one = s.feed(1, single, progress=progress)
         many = s.feed(b, runs * b, progress=progress)
         figs[f"{side}_recompute_ms"], checks[f"N={n} B=1 and B=1000 ({side} graph)"] = \
@@ -95,11 +107,14 @@ def _segments(side, n, single, runs, figs, checks, progress):
 
 def measure(large=DEFAULTS["large"], small=DEFAULTS["small"],
             sustained=DEFAULTS["sustained"], *, large_single=200, runs=20,
-            small_single=1000, progress=False):
+            small_single=1000, touch_mib=512.0, progress=False):
     """Run the targets' workloads (module docstring) and return their figures: a dict
     of the keys :data:`TARGETS` reads, the recompute times (``*_recompute_ms``),
-    the p99s and records at both sustained checkpoints, and ``checks``: the answer
-    of every segment against scipy BFS (``{segment: bool}``)."""
+    the p99s and records at both sustained checkpoints, the load's user and system CPU
+    seconds, what a first write to fresh memory costs here (``touch_*``, from
+    :func:`ddnumba.benchfloor.first_touch` over ``touch_mib`` MiB at the end, when the
+    process has long been small; 0: not measured), and ``checks``: the answer of every
+    segment against scipy BFS (``{segment: bool}``)."""
     from .bench import _latency_figures, run_reach
     if sustained < 1000:
         raise ValueError(f"targets: the sustained run needs at least 1,000 changes, "
@@ -121,6 +136,11 @@ def measure(large=DEFAULTS["large"], small=DEFAULTS["small"],
     figs["sustained_p99_ratio"] = (figs["sustained_p99_end_ms"]
                                    / figs["sustained_p99_first_ms"])
     figs["sustained_records_ratio"] = rec1 / max(rec0, 1)
+    if touch_mib > 0:
+        from .benchfloor import first_touch
+        ft = first_touch(touch_mib)
+        figs["touch_fresh_s_per_gib"] = ft["fresh_s_per_gib"]
+        figs["touch_recycled_s_per_gib"] = ft["recycled_s_per_gib"]
     figs["checks"] = checks
     return figs
 
@@ -171,6 +191,14 @@ def report(figs, *, sizes=None, out=None):
     if parts:
         print("recompute (scipy BFS from every root) over a run's p50: "
               + "; ".join(parts), file=out)
+    if "load_sys_s" in figs:
+        line = (f"N={_size(sizes['large'])} load: {figs['load_s']:.1f} s, of which CPU "
+                f"{figs['load_user_s']:.1f} s user and {figs['load_sys_s']:.1f} s system")
+        if "touch_fresh_s_per_gib" in figs:
+            line += (f"; a first write to fresh memory costs {figs['touch_fresh_s_per_gib']:.2f}"
+                     f" s per GiB here, {figs['touch_recycled_s_per_gib']:.2f} to memory "
+                     f"just freed (the system time is mostly first writes)")
+        print(line, file=out)
     if "sustained_p99_first_ms" in figs:
         print(f"sustained: p99 {figs['sustained_p99_first_ms']:.3f} ms after 1,000 "
               f"changes, {figs['sustained_p99_end_ms']:.3f} ms after "
@@ -198,6 +226,9 @@ def add_parser(sub):
     t.add_argument("--sustained", type=int, default=DEFAULTS["sustained"],
                    help="single changes of the sustained run (the targets: 1,000,000)")
     t.add_argument("--runs", type=int, default=20, help="runs of 1,000 changes per size")
+    t.add_argument("--touch", type=float, default=512.0,
+                   help="MiB of fresh memory to time a first write over, at the end "
+                        "(0: none)")
     t.add_argument("--json", default=None, help="also write the figures here")
     t.add_argument("--strict", action="store_true",
                    help="exit with status 1 when a target is missed")
@@ -208,11 +239,14 @@ def main(args):
     for name in ("large", "small", "sustained", "runs"):
         if getattr(args, name) < 1:
             raise SystemExit(f"targets: --{name} must be positive")
+    if not (math.isfinite(args.touch) and args.touch >= 0):
+        raise SystemExit(f"targets: --touch must be a size in MiB (0: none), not "
+                         f"{args.touch}")
     sizes = {"large": args.large, "small": args.small, "sustained": args.sustained}
     t0 = time.perf_counter()
     try:
         figs = measure(args.large, args.small, args.sustained, runs=args.runs,
-                       progress=args.progress)
+                       touch_mib=args.touch, progress=args.progress)
     except ValueError as e:
         raise SystemExit(str(e))
     right, met = report(figs, sizes=sizes)

@@ -274,6 +274,8 @@ def test_perf_gate_waits_for_perf_and_never_hangs(tmp_path, mode):
     (["memory", "--steps", "0"], "--steps must be at least 1"),
     (["memory", "--mib", "nan"], "--mib must be a positive size"),
     (["memory", "--mib", "-1"], "--mib must be a positive size"),
+    (["memory", "--touch", "-1"], "--touch must be a size in MiB"),
+    (["memory", "--touch", "inf"], "--touch must be a size in MiB"),
 ])
 def test_bench_refuses_nonsense_arguments_in_one_line(argv, msg, capsys):
     # argparse's error (exit status 2, one line naming the flag) before any work

@@ -206,5 +206,17 @@ def test_memory_latency_and_cli(capsys):
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 4 and out[2].split()[:3] == ["40", "1", "30"]
     assert out[3].split()[:3] == ["40", "10", "30"]
-    main(["memory", "--mib", "0.02", "--steps", "1000"])
-    assert capsys.readouterr().out.splitlines()[1].split()[0] == "0.02"
+    main(["memory", "--mib", "0.02", "--steps", "1000", "--touch", "0"])
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 2 and out[1].split()[0] == "0.02"
+    main(["memory", "--mib", "0.02", "--steps", "1000", "--touch", "4"])
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 3 and out[2].startswith("first writes over 4 MiB: ")
+
+
+def test_first_touch_times_fresh_and_recycled_memory():
+    r = benchfloor.first_touch(8)
+    assert r["mib"] == 8 and r["fresh_s_per_gib"] > 0 and r["recycled_s_per_gib"] > 0
+    for bad in (0, -1, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="must be positive"):
+            benchfloor.first_touch(bad)

@@ -103,6 +103,9 @@ def test_main_exits_1_on_a_wrong_answer_and_on_a_miss_only_when_strict(monkeypat
     (["--runs", "0"], "--runs must be positive"),
     (["--large", "-5"], "--large must be positive"),
     (["--sustained", "999"], "at least 1,000 changes"),
+    (["--touch", "-1"], "--touch must be a size in MiB"),
+    (["--touch", "nan"], "--touch must be a size in MiB"),
+    (["--touch", "inf"], "--touch must be a size in MiB"),
 ])
 def test_bad_arguments_are_refused(argv, msg):
     with pytest.raises(SystemExit) as e:
@@ -116,7 +119,7 @@ def test_a_small_sitting_measures_every_figure_and_checks_every_answer(tmp_path,
     them."""
     path = tmp_path / "t.json"
     bench.main(["targets", "--large", "2000", "--small", "200", "--sustained", "2000",
-                "--runs", "2", "--json", str(path)])
+                "--runs", "2", "--touch", "8", "--json", str(path)])
     out = capsys.readouterr().out
     assert "all 3 segments match scipy BFS" in out
     assert "note: not the targets' workload sizes" in out
@@ -130,6 +133,13 @@ def test_a_small_sitting_measures_every_figure_and_checks_every_answer(tmp_path,
     assert figs["sustained_records_ratio"] == pytest.approx(
         figs["sustained_records_end"] / figs["sustained_records_first"])
     assert 0 < figs["load_peak_gib"] < 24 and figs["load_s"] > 0
+    # the load's CPU time, user and system, is counted over the load alone
+    assert figs["load_user_s"] > 0 and figs["load_sys_s"] >= 0
+    assert figs["load_user_s"] + figs["load_sys_s"] < figs["load_s"] + 1.0
+    assert figs["touch_fresh_s_per_gib"] > 0 and figs["touch_recycled_s_per_gib"] > 0
+    assert (f"N=2,000 load: {figs['load_s']:.1f} s, of which CPU "
+            f"{figs['load_user_s']:.1f} s user") in out
+    assert "a first write to fresh memory costs" in out
     for side in ("large", "small"):
         assert figs[f"{side}_b1000_changes_per_s"] == pytest.approx(
             1000 / (figs[f"{side}_b1000_p50_ms"] / 1e3))
@@ -150,7 +160,9 @@ def test_the_sustained_figures_come_from_their_own_checkpoints(monkeypatch):
         return {"check": True, "marks": {1000: (first, 400), 5000: (end, 500)}}
 
     monkeypatch.setattr(bench, "run_reach", fake_run_reach)
-    figs = bt.measure(300, 100, 5000, runs=1, large_single=10, small_single=10)
+    figs = bt.measure(300, 100, 5000, runs=1, large_single=10, small_single=10,
+                      touch_mib=0)
+    assert "touch_fresh_s_per_gib" not in figs
     assert calls == [(100, 1, 5000, (1000, 5000))]
     assert figs["sustained_p99_first_ms"] == pytest.approx(np.percentile(first, 99) * 1e3)
     assert figs["sustained_p99_end_ms"] == pytest.approx(np.percentile(end, 99) * 1e3)
