@@ -410,7 +410,7 @@ def _sequential(lp, mode):
         for c, _ in node.consumers:
             nxt, more = cols, preds
             if isinstance(c, L.MapNode):
-                nxt = _compose(cols, c.affine())
+                nxt = _compose_map(cols, c.affine())
             elif isinstance(c, L.FilterNode):
                 more = preds + [_compose_filter(cols, c.affine())]
             elif not isinstance(c, (L.ConcatNode, L.NegateNode, FeedbackNode)):
@@ -460,6 +460,19 @@ def _compose(cols, terms):
                 raise Unsupported("a sum of more than two columns in a sequential loop")
             out.append((sc, _wrap64(mconst + sum(p[1] for p in parts)), None))
     return out
+
+
+def _compose_map(cols, terms):
+    """A map's columns over the route's (:func:`_compose`). Raises Unsupported when the
+    map drops a checked sum of the route: the composed route would never compute it,
+    where the map before raises for a row whose sum overflows (such a loop runs
+    round-wise)."""
+    if terms is not None:
+        kept = {c[0] for c, k, m in terms if m is None and len(c) == 1 and k == 0}
+        if any(m is not None and i not in kept for i, (_, _, m) in enumerate(cols)):
+            raise Unsupported("a checked sum that a later map drops, in a sequential "
+                              "loop")
+    return _compose(cols, terms)
 
 
 def _compose_filter(cols, groups):
@@ -678,7 +691,7 @@ def _seq_program(li, lp, ids, kind, prm):
                 more = preds + [_compose_filter(cols, c.affine())]
             count = counted + [(here, ids[id(c)], len(preds), len(more))]
             if isinstance(c, L.MapNode):
-                walk(src_i, c, _compose(cols, c.affine()), sign, shift, here, preds,
+                walk(src_i, c, _compose_map(cols, c.affine()), sign, shift, here, preds,
                      count, seen)
             elif isinstance(c, (L.FilterNode, L.ConcatNode)):
                 walk(src_i, c, cols, sign, shift, here, more, count, seen)
