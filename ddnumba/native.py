@@ -410,7 +410,7 @@ def _sequential(lp, mode):
         for c, _ in node.consumers:
             nxt, more = cols, preds
             if isinstance(c, L.MapNode):
-                nxt = _compose_map(cols, c.affine())
+                nxt = _compose(cols, c.affine())
             elif isinstance(c, L.FilterNode):
                 more = preds + [_compose_filter(cols, c.affine())]
             elif not isinstance(c, (L.ConcatNode, L.NegateNode, FeedbackNode)):
@@ -462,17 +462,12 @@ def _compose(cols, terms):
     return out
 
 
-def _compose_map(cols, terms):
-    """A map's columns over the route's (:func:`_compose`). Raises Unsupported when the
-    map drops a checked sum of the route: the composed route would never compute it,
-    where the map before raises for a row whose sum overflows (such a loop runs
-    round-wise)."""
-    if terms is not None:
-        kept = {c[0] for c, k, m in terms if m is None and len(c) == 1 and k == 0}
-        if any(m is not None and i not in kept for i, (_, _, m) in enumerate(cols)):
-            raise Unsupported("a checked sum that a later map drops, in a sequential "
-                              "loop")
-    return _compose(cols, terms)
+def _check_filter(terms):
+    """A filter that computes the checked sums ``terms`` (``t == t`` for each; it holds
+    unless one overflows, which stops the route as the map that computes it raises):
+    placed before a filter or a map that a map's checked sums precede on a route, so
+    that a row the filter drops, or a column the map drops, still overflows."""
+    return [[(t, _seq.CMP_EQ, t) for t in dict.fromkeys(terms)]]
 
 
 def _compose_filter(cols, groups):
@@ -486,6 +481,13 @@ def _compose_filter(cols, groups):
             left, right = _compose(cols, [left, right])
             out[-1].append((left, op, right))
     return out
+
+
+def _messages(cols, preds):
+    """The messages of the checked sums of columns ``cols`` and filters ``preds``, each
+    once, in order."""
+    return list(dict.fromkeys(t[2] for t in cols + _clause_terms(preds)
+                              if t[2] is not None))
 
 
 def _clause_terms(preds):
@@ -505,9 +507,7 @@ def _route_words(terms, preds=()):
     source column) for a projection, else kernels.affine's words: AFW words a column
     (kind, first column, second column, constant; see affine.A_WRAP), then the
     filters ``preds`` (each a list of groups of comparisons); and whether it is the
-    latter (R_AFF). Raises Unsupported for a route that both filters and holds a
-    checked sum (whether a row that overflows is filtered out first depends on the
-    order of the two: such a loop runs round-wise)."""
+    latter (R_AFF)."""
     if _is_projection(terms) and not preds:
         return [c[0] for c, _, _ in terms], 0
     return _affine_words_of(terms, preds), 1
@@ -515,12 +515,12 @@ def _route_words(terms, preds=()):
 
 def _affine_words_of(terms, preds):
     """kernels.affine's words of columns ``terms`` and filters ``preds`` (see
-    _route_words, which raises as this does)."""
-    if preds and any(t[2] is not None for t in terms + _clause_terms(preds)):
-        raise Unsupported("a filter and a checked sum on one route")
+    _route_words); a filter whose comparisons hold a checked sum has its number of
+    groups negated (its checked sums are computed for every row that reaches it)."""
     words = [w for t in terms for w in _term_words(t)] + [len(preds)]
     for groups in preds:
-        words.append(len(groups))
+        checked = any(t[2] is not None for t in _clause_terms([groups]))
+        words.append(-len(groups) if checked else len(groups))
         for group in groups:
             words.append(len(group))
             for left, op, right in group:
@@ -531,9 +531,7 @@ def _affine_words_of(terms, preds):
 def _affine_words(node):
     """A map of sums or a filter of comparisons outside sequential loops, for
     kernels.runtime's K_AFFINE: ``(words, output columns, messages of its checked
-    sums)``; None when it is not one (or is a filter whose comparisons hold a checked
-    sum: the kernel does not report its overflow, so it keeps its callback, whose
-    predicate raises)."""
+    sums)``; None when it is not one."""
     from ddnumba.operators import linear as L
     cached = getattr(node, "_affine_words", False)
     if cached is not False:
@@ -544,11 +542,8 @@ def _affine_words(node):
         return None
     cols, preds = (terms, []) if isinstance(node, L.MapNode) else \
         (_identity(node.arity), [terms])
-    try:
-        words = _affine_words_of(cols, preds)
-    except Unsupported:
-        return None
-    messages = list(dict.fromkeys(m for _, _, m in cols if m is not None))
+    words = _affine_words_of(cols, preds)
+    messages = _messages(cols, preds)
     node._affine_words = (words, len(cols), messages)
     return node._affine_words
 
@@ -683,29 +678,44 @@ def _seq_program(li, lp, ids, kind, prm):
     # counts (a map read by two filters takes and emits its rows once; a concat
     # reading one node twice takes its rows twice: a path step is a node and its
     # input port).
-    def walk(src_i, node, cols, sign, shift, path, preds, counted, seen):
+    # ``pending``: the checked sums of maps since the route's last filter. A filter,
+    # or a map that drops one of them, has them computed first (_check_filter): the
+    # composed route computes its columns only for the rows that pass every filter.
+    def walk(src_i, node, cols, sign, shift, path, preds, counted, seen, pending):
         for c, port in node.consumers:
             here = path + ((ids[id(c)], port),)
-            more = preds
+            before = preds
+            if pending and isinstance(c, L.FilterNode):
+                before = preds + [_check_filter(pending)]
+            more = before
             if isinstance(c, L.FilterNode):
-                more = preds + [_compose_filter(cols, c.affine())]
-            count = counted + [(here, ids[id(c)], len(preds), len(more))]
+                more = before + [_compose_filter(cols, c.affine())]
+            count = counted + [(here, ids[id(c)], len(before), len(more))]
             if isinstance(c, L.MapNode):
-                walk(src_i, c, _compose_map(cols, c.affine()), sign, shift, here, preds,
-                     count, seen)
-            elif isinstance(c, (L.FilterNode, L.ConcatNode)):
-                walk(src_i, c, cols, sign, shift, here, more, count, seen)
+                terms = c.affine()
+                nxt = _compose(cols, terms)
+                now = pending
+                if any(t not in nxt for t in pending):      # a checked sum dropped
+                    more = preds + [_check_filter(pending)]
+                    count[-1] = (here, ids[id(c)], len(preds), len(more))
+                    now = []
+                own = [nxt[i] for i, t in enumerate(terms) if t[2] is not None]
+                walk(src_i, c, nxt, sign, shift, here, more, count, seen, now + own)
+            elif isinstance(c, L.FilterNode):
+                walk(src_i, c, cols, sign, shift, here, more, count, seen, [])
+            elif isinstance(c, L.ConcatNode):
+                walk(src_i, c, cols, sign, shift, here, preds, count, seen, pending)
             elif isinstance(c, L.NegateNode):
-                walk(src_i, c, cols, -sign, shift, here, preds, count, seen)
+                walk(src_i, c, cols, -sign, shift, here, preds, count, seen, pending)
             elif isinstance(c, FeedbackNode) and id(c) in folded:
-                walk(src_i, c, cols, sign, shift + 1, here, preds, count, seen)
+                walk(src_i, c, cols, sign, shift + 1, here, preds, count, seen, pending)
             elif isinstance(c, (ArrangeNode, L.ConsolidateNode, FeedbackNode, LeaveNode)):
                 sink = lid[id(c)]
                 leave = isinstance(c, LeaveNode)
                 into = 1 if isinstance(c, FeedbackNode) else 0
                 words, aff = _route_words(cols, preds)          # (_sequential checked)
                 if aff:
-                    messages.extend(m for _, _, m in cols if m is not None)
+                    messages.extend(_messages(cols, preds))
                 new = [x for x in counted if x[0] not in seen]
                 seen.update(x[0] for x in new)
                 routes.append([sink, sign, shift + into, len(proj), len(cols),
@@ -719,7 +729,7 @@ def _seq_program(li, lp, ids, kind, prm):
     for i, node in enumerate(local):
         if NP[i, S.P_KIND] in (S.S_ENTER, S.S_JOIN, S.S_REDUCE, S.S_CONSOL, S.S_FEEDBACK):
             first = len(routes)
-            walk(i, node, _identity(node.arity), 1, 0, (), [], [], set())
+            walk(i, node, _identity(node.arity), 1, 0, (), [], [], set(), [])
             NP[i, S.P_ROFF] = first
             NP[i, S.P_RN] = len(routes) - first
     # A reduce reading an unsorted delta corrects a key once per row of it, so its

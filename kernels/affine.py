@@ -8,6 +8,12 @@ groups, and for each group the number of its comparisons followed by them, each 
 term, one of ``CMP_LT ... CMP_NE``, a term. A row passes a filter when every
 comparison of some group holds for it (a predicate in disjunctive normal form); it is
 kept when it passes every filter, and its output columns are the terms' values. A
+filter whose comparisons hold a checked sum has its number of groups negated: every
+checked sum of it is computed for each row that reaches it, before its comparisons,
+as the traced predicate computes them over every row (an overflow stops the operator
+however the comparisons would have gone). ddnumba.native also puts such a filter of
+``t == t`` comparisons before a filter that follows a map's checked sums ``t``, so
+that a row the filter drops still overflows where the map would have raised. A
 term is ``(kind, a, b, k)``, ``a`` and ``b`` columns of the input row (-1: none):
 
 * ``A_WRAP``: ``row[a] + row[b] + k``, wrapping as NumPy's int64 arithmetic does (a
@@ -69,14 +75,36 @@ CW = 2 * AFW + 1     # words of a comparison
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _checks_overflow(words, w, ng, src, r, c0):
+    """Whether a checked sum of the filter whose groups start at ``words[w]`` (``ng``
+    of them) overflows for row ``r``."""
+    for _ in range(ng):
+        nc = words[w]
+        w += 1
+        for i in range(nc):
+            for t in (w + i * CW, w + i * CW + AFW + 1):
+                if words[t] == A_CHECKED:
+                    _v, ov = term(words, t, src, r, c0)
+                    if ov:
+                        return True
+        w += nc * CW
+    return False
+
+
+@njit(cache=True, nogil=True, inline="always")
 def passes(words, pw, m, src, r, c0):
     """Whether row ``r`` passes the first ``m`` filters at ``words[pw + 1:]`` (in
     order, up to the first that fails; a group up to its first comparison that
-    fails)."""
+    fails): 1 when it passes them all, 0 when one fails, -1 when a checked sum of a
+    filter it reaches overflows."""
     w = pw + 1
     for _ in range(m):
         ng = words[w]
         w += 1
+        if ng < 0:
+            ng = -ng
+            if _checks_overflow(words, w, ng, src, r, c0):
+                return -1
         ok = False
         for _ in range(ng):
             nc = words[w]
@@ -91,15 +119,16 @@ def passes(words, pw, m, src, r, c0):
                         break
             w += nc * CW
         if not ok:
-            return False
-    return True
+            return 0
+    return 1
 
 
 @njit(cache=True, nogil=True)
 def affine_batch(words, off, plen, data, times, diffs):
     """One operator (``plen`` output columns, its words at ``words[off:]``) over a
     batch: ``(data, times, diffs, ok)`` of the rows kept, ``ok`` False when a
-    checked sum overflowed (the batch is then incomplete)."""
+    checked sum overflowed (of a filter or of an output column; the batch is then
+    incomplete)."""
     n = data.shape[0]
     pw = off + AFW * plen
     npred = words[pw]
@@ -108,7 +137,12 @@ def affine_batch(words, off, plen, data, times, diffs):
     if npred > 0:
         k = 0
         for r in range(n):
-            keep[r] = passes(words, pw, npred, data, r, 0)
+            p = passes(words, pw, npred, data, r, 0)
+            if p < 0:
+                return (np.empty((0, plen), np.int64),
+                        np.empty((0, times.shape[1]), np.int64), np.empty(0, np.int64),
+                        False)
+            keep[r] = p == 1
             k += keep[r]
     od = np.empty((k, plen), np.int64)
     ot = np.empty((k, times.shape[1]), np.int64)

@@ -455,13 +455,17 @@ def _route_sums(src, n, dst, o, proj, poff, plen, sign, shift, cn, slot):
     words at ``proj[poff:]``): the rows that pass every filter, from row ``o``. Sets
     ``cn[slot]`` to the row after the last one written; returns the least iteration
     written (INF for none), -1 when a negation overflows or -2 when a checked sum
-    does (a route with a checked sum has no filters: ddnumba.native)."""
+    does (of a filter the row reaches, or of the row's columns once it passed them
+    all)."""
     best = INF
     pw = poff + AFW * plen
     npred = proj[pw]
     k = o
     for r in range(n):
-        if not _passes(proj, pw, npred, src, r, 2):
+        p = _passes(proj, pw, npred, src, r, 2)
+        if p <= 0:
+            if p < 0:
+                return -2
             continue
         best = _route_head(src, r, dst, k, sign, shift, best)
         if best < 0:
@@ -529,7 +533,10 @@ def _leave_sums(src, n, dst, o, proj, poff, plen, sign, t):
     pw = poff + AFW * plen          # (the filters: see kernels.affine)
     k = o
     for r in range(n):
-        if not _passes(proj, pw, proj[pw], src, r, 2):
+        p = _passes(proj, pw, proj[pw], src, r, 2)
+        if p <= 0:
+            if p < 0:
+                return -2
             continue
         f = src[r, 1]
         if sign < 0:
@@ -631,7 +638,7 @@ def _chain_stats(src, n, proj, poff, plen, c0, c1, cn, so):
             if m != done:
                 cur = 0
                 for r in range(n):
-                    if _passes(proj, pw, m, src, r, 2):
+                    if _passes(proj, pw, m, src, r, 2) == 1:
                         cur += 1
                 done = m
             if x == 0:

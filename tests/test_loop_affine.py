@@ -211,6 +211,40 @@ def test_a_route_computes_its_sums_row_by_row():
     assert dst1.tolist() == [[3, 2, 2**62, 10], [4, -1, 2**62, -7]]
 
 
+@pytest.mark.parametrize("flagged", [True, False])
+def test_a_filter_holding_a_checked_sum_computes_it_for_every_row_it_sees(flagged):
+    # One filter, one group: c0 < 0 and c0 + c1 > 0 (checked). Its number of groups
+    # negated (as ddnumba.native writes a filter holding a checked sum), the sum is
+    # computed before the comparisons, so the last row overflows although c0 < 0
+    # fails for it; unflagged, the group stops at its first failing comparison.
+    from ddnumba.kernels import affine as AF
+    from ddnumba.kernels import seqloop as S
+    words = [S.A_WRAP, 0, -1, 0,                         # output: c0
+             1, -1 if flagged else 1, 2,                 # 1 filter, 1 group, 2 comparisons
+             S.A_WRAP, 0, -1, 0, S.CMP_LT, S.A_WRAP, -1, -1, 0,
+             S.A_CHECKED, 0, 1, 0, S.CMP_GT, S.A_WRAP, -1, -1, 0]
+    proj = np.array(words, np.int64)
+    src = np.array([[0, 1, -5, 10], [0, 1, 3, 1], [0, 1, -5, 2], [0, 1, 2**62, 2**62]],
+                   np.int64)
+    dst = np.zeros((4, 3), np.int64)
+    cn = np.zeros(1, np.int64)
+    assert S._route_sums(src, 3, dst, 0, proj, 0, 1, 1, 0, cn, 0) == 0
+    assert cn[0] == 1 and dst[0].tolist() == [0, 1, -5]
+    got = S._route_sums(src, 4, dst, 0, proj, 0, 1, 1, 0, cn, 0)
+    assert got == (-2 if flagged else 0) and (flagged or cn[0] == 1)
+    data = np.ascontiguousarray(src[:, 2:])
+    times = np.zeros((4, 2), np.int64)
+    od, ot, of, ok = AF.affine_batch(proj, 0, 1, data, times, np.ones(4, np.int64))
+    assert ok is not flagged
+    if not flagged:
+        assert od.tolist() == [[-5]] and of.tolist() == [1]
+    od, ot, of, ok = AF.affine_batch(proj, 0, 1, data[:3], times[:3], np.ones(3, np.int64))
+    assert ok and od.tolist() == [[-5]]
+    # into a leave: the same
+    buf = np.zeros((5, 4), np.int64)
+    assert S._leave_sums(src, 4, buf, 0, proj, 0, 1, 1, 7) == (-2 if flagged else 1)
+
+
 def test_a_route_into_a_leave_computes_filters_and_adds_up_equal_rows():
     # Rows (iteration, diff, c0, c1) leave as (0, diff, c0 + c1, c1 - 1, t) where c1
     # != 4 (the iteration dropped): the first adds to the row before o (data (10, 8)
@@ -445,9 +479,7 @@ def test_loops_adding_along_paths_match_the_fixed_point(engine, op, agg, seed):
                          lambda e, b: _ref_fixed_point(op, agg, e, b), f"{op}/{agg}")
         t += 3
     if engine == "native":
-        # (a checked sum that a later map drops sends its loop round-wise)
-        assert df._native.sequential == [op != "dropchecked"], \
-            "the loop did not run in the mode expected"
+        assert df._native.sequential == [True], "the loop did not run sequentially"
 
 
 # ------------------------------------------------------------ algorithms and errors
@@ -506,8 +538,8 @@ def test_a_checked_sum_in_a_loop_raises_the_maps_message(engine, loops):
                                            ("native", "rounds"), ("python", None)])
 def test_a_checked_sum_that_a_later_map_drops_still_raises(engine, loops):
     # The map's checked sum overflows for the row from node 0 although the next map
-    # drops that column: every engine stops with the map's message (a composed
-    # sequential route would never compute the sum, so that loop runs round-wise).
+    # drops that column: every engine stops with the map's message (the composed
+    # sequential route computes it in a filter of its own before the second map).
     df = dd.Dataflow(engine=engine, loops=loops)
     bh, base = df.new_input(["node", "v"])
     eh, edges = df.new_input(["src", "dst"])
@@ -522,7 +554,7 @@ def test_a_checked_sum_that_a_later_map_drops_still_raises(engine, loops):
     df.run()                                     # 2**61 + 2**62 fits
     assert O.captured_at(cap, 0, 2) == {(0, 2**61): 1, (1, 2**61): 1}
     if engine == "native":
-        assert df._native.sequential == [False]
+        assert df._native.sequential == [loops == "sequential"]
     bh.insert([0], [2**62], time=1)
     bh.advance_to(2)
     eh.advance_to(2)
@@ -530,12 +562,12 @@ def test_a_checked_sum_that_a_later_map_drops_still_raises(engine, loops):
         df.run()
 
 
-@pytest.mark.parametrize("engine", ENGINES)
-def test_a_filter_on_a_route_with_a_checked_sum_runs_round_wise(engine):
-    # Which of a checked sum's overflow and a filter comes first depends on their
-    # order on the route, which the compiled route does not keep: such a loop runs
-    # round-wise (here the filter drops the row whose sum would overflow).
-    df = dd.Dataflow(engine=engine, loops="sequential")
+@pytest.mark.parametrize("engine, loops", [("native", "sequential"),
+                                           ("native", "rounds"), ("python", None)])
+def test_a_filter_before_a_checked_sum_drops_the_row_that_would_overflow(engine, loops):
+    # The filter drops the row whose sum would overflow (from node 5, at 2**62) before
+    # the map sees it: no error, in a sequential loop too.
+    df = dd.Dataflow(engine=engine, loops=loops)
     bh, base = df.new_input(["node", "v"])
     eh, edges = df.new_input(["src", "dst"])
     cap = base.iterate(lambda x: x.join(edges).filter(lambda n, v, d: v < 2**62).map(
@@ -547,9 +579,51 @@ def test_a_filter_on_a_route_with_a_checked_sum_runs_round_wise(engine):
     eh.advance_to(1)
     df.run()
     if engine == "native":
-        assert df._native.sequential == [False]
+        assert df._native.sequential == [loops == "sequential"]
     assert O.captured_at(cap, 0, 2) == {(0, -2**62): 1, (1, 0): 1, (2, 2**62): 1,
                                         (5, 2**62): 1}
+
+
+@pytest.mark.parametrize("where", ["after", "compared"])
+@pytest.mark.parametrize("engine, loops", [("native", "sequential"),
+                                           ("native", "rounds"), ("python", None)])
+def test_a_checked_sum_before_a_filter_overflows_for_the_rows_it_drops(engine, loops,
+                                                                       where):
+    # "after": the map's checked sum overflows for the row from node 5 (at 2**62),
+    # which the filter after the map would drop (n != 6); "compared": a filter compares
+    # a checked sum after a comparison that fails for that row (n != 6 first). Either
+    # way every engine stops with the message of the sum: the map computes it over
+    # every row that reaches it, and so does the predicate.
+    df = dd.Dataflow(engine=engine, loops=loops)
+    bh, base = df.new_input(["node", "v"])
+    eh, edges = df.new_input(["src", "dst"])
+    if where == "after":
+        def body(x):
+            return x.join(edges).map(
+                lambda n, v, d: (d, checked_sum(v, 2**62, "hop: beyond int64")),
+                names=["n", "v"]).filter(lambda n, v: n != 6)
+    else:
+        def body(x):
+            return x.join(edges).filter(
+                lambda n, v, d: (d != 6) & (checked_sum(v, 2**62, "hop: beyond int64")
+                                            > v)).map(lambda n, v, d: (d, v + 1),
+                                                      names=["n", "v"])
+    cap = base.iterate(lambda x: body(x).concat(base).min("v", name="v")).capture()
+    bh.insert([0], [-2**62], time=0)
+    eh.insert([0, 1, 5], [1, 2, 6], time=0)
+    bh.advance_to(1)
+    eh.advance_to(1)
+    df.run()
+    if engine == "native":
+        assert df._native.sequential == [loops == "sequential"]
+    v1 = 0 if where == "after" else -2**62 + 1
+    v2 = 2**62 if where == "after" else -2**62 + 2
+    assert O.captured_at(cap, 0, 2) == {(0, -2**62): 1, (1, v1): 1, (2, v2): 1}
+    bh.insert([5], [2**62], time=1)
+    bh.advance_to(2)
+    eh.advance_to(2)
+    with pytest.raises(OverflowError, match=r"^hop: beyond int64 \(in run\(\) number 2"):
+        df.run()
 
 
 @pytest.mark.parametrize("tail", ["sum", "filter"])
