@@ -506,64 +506,88 @@ def test_bfs_and_sssp_loops_run_sequentially(algo):
     assert {(r["node"], r["distance"]) for r in cap.at(0).to_pylist()} == want
 
 
-@pytest.mark.parametrize("engine, loops", [("native", "sequential"),
-                                           ("native", "rounds"), ("python", None)])
+MODES = [("native", "sequential"), ("native", "rounds"), ("python", None)]
+
+
+def _overflow_case(engine, loops, hop, first, base1, want):
+    """A min-loop over ``(node, v)`` whose step is ``hop(x, edges)``: the rows and
+    edges ``first`` (``(nodes, vs, srcs, dsts)``) run at time 0 and give ``want``;
+    then the base rows ``base1`` or the edges ``(None, None, srcs, dsts)`` at time 1
+    make the run stop with the hop's message ("hop: beyond int64"). Checks which loop
+    mode ran."""
+    df = dd.Dataflow(engine=engine, loops=loops)
+    bh, base = df.new_input(["node", "v"])
+    eh, edges = df.new_input(["src", "dst"])
+    cap = base.iterate(lambda x: hop(x, edges).concat(base).min("v", name="v")).capture()
+    for at, (n, v, s, d) in enumerate([first, base1]):
+        if n is not None:
+            bh.insert(n, v, time=at)
+        if s is not None:
+            eh.insert(s, d, time=at)
+        bh.advance_to(at + 1)
+        eh.advance_to(at + 1)
+        if at == 0:
+            df.run()
+            assert O.captured_at(cap, 0, 2) == want
+            if engine == "native":
+                assert df._native.sequential == [loops == "sequential"]
+    with pytest.raises(OverflowError, match=r"^hop: beyond int64 \(in run\(\) number 2"):
+        df.run()
+
+
+def _hop_sum(v, k):
+    return checked_sum(v, k, "hop: beyond int64")
+
+
+@pytest.mark.parametrize("engine, loops", MODES)
 def test_a_checked_sum_in_a_loop_raises_the_maps_message(engine, loops):
     # 2**62 added on every hop from node 0 (at -2**62): node 2 gets 2**62; an edge
     # 2 -> 3 would give node 3 2**63, beyond int64 (NumPy would wrap it), and the run
     # stops with the map's message. (sssp's message, for a checked sum of two
     # columns, is tested in test_algorithms.)
-    df = dd.Dataflow(engine=engine, loops=loops)
-    bh, base = df.new_input(["node", "v"])
-    eh, edges = df.new_input(["src", "dst"])
-    cap = base.iterate(lambda x: x.join(edges).map(
-        lambda n, v, d: (d, checked_sum(v, 2**62, "hop: beyond int64")), names=["n", "v"])
-        .concat(base).min("v", name="v")).capture()
-    bh.insert([0], [-2**62], time=0)
-    eh.insert([0, 1], [1, 2], time=0)
-    bh.advance_to(1)
-    eh.advance_to(1)
-    df.run()                                     # 2**62 itself fits
-    assert O.captured_at(cap, 0, 2) == {(0, -2**62): 1, (1, 0): 1, (2, 2**62): 1}
-    if engine == "native":
-        assert df._native.sequential == [loops == "sequential"]
-    eh.insert([2], [3], time=1)
-    bh.advance_to(2)
-    eh.advance_to(2)
-    with pytest.raises(OverflowError, match=r"^hop: beyond int64 \(in run\(\) number 2"):
-        df.run()
+    _overflow_case(engine, loops, lambda x, e: x.join(e).map(
+        lambda n, v, d: (d, _hop_sum(v, 2**62)), names=["n", "v"]),
+        ([0], [-2**62], [0, 1], [1, 2]), (None, None, [2], [3]),
+        {(0, -2**62): 1, (1, 0): 1, (2, 2**62): 1})       # (2**62 itself fits)
 
 
-@pytest.mark.parametrize("engine, loops", [("native", "sequential"),
-                                           ("native", "rounds"), ("python", None)])
+@pytest.mark.parametrize("engine, loops", MODES)
 def test_a_checked_sum_that_a_later_map_drops_still_raises(engine, loops):
     # The map's checked sum overflows for the row from node 0 although the next map
     # drops that column: every engine stops with the map's message (the composed
     # sequential route computes it in a filter of its own before the second map).
-    df = dd.Dataflow(engine=engine, loops=loops)
-    bh, base = df.new_input(["node", "v"])
-    eh, edges = df.new_input(["src", "dst"])
-    cap = base.iterate(lambda x: x.join(edges).map(
-        lambda n, v, d: (d, v, checked_sum(v, 2**62, "hop: beyond int64")),
-        names=["n", "v", "w"]).map(lambda n, v, w: (n, v), names=["n", "v"])
-        .concat(base).min("v", name="v")).capture()
-    bh.insert([0], [2**61], time=0)
-    eh.insert([0], [1], time=0)
-    bh.advance_to(1)
-    eh.advance_to(1)
-    df.run()                                     # 2**61 + 2**62 fits
-    assert O.captured_at(cap, 0, 2) == {(0, 2**61): 1, (1, 2**61): 1}
-    if engine == "native":
-        assert df._native.sequential == [loops == "sequential"]
-    bh.insert([0], [2**62], time=1)
-    bh.advance_to(2)
-    eh.advance_to(2)
-    with pytest.raises(OverflowError, match=r"^hop: beyond int64 \(in run\(\) number 2"):
-        df.run()
+    _overflow_case(engine, loops, lambda x, e: x.join(e).map(
+        lambda n, v, d: (d, v, _hop_sum(v, 2**62)), names=["n", "v", "w"]).map(
+        lambda n, v, w: (n, v), names=["n", "v"]),
+        ([0], [2**61], [0], [1]), ([0], [2**62], None, None),
+        {(0, 2**61): 1, (1, 2**61): 1})                   # (2**61 + 2**62 fits)
 
 
-@pytest.mark.parametrize("engine, loops", [("native", "sequential"),
-                                           ("native", "rounds"), ("python", None)])
+@pytest.mark.parametrize("where", ["after", "compared"])
+@pytest.mark.parametrize("engine, loops", MODES)
+def test_a_checked_sum_before_a_filter_overflows_for_the_rows_it_drops(engine, loops,
+                                                                       where):
+    # "after": the map's checked sum overflows for the row from node 5 (at 2**62),
+    # which the filter after the map would drop (n != 6); "compared": a filter compares
+    # a checked sum after a comparison that fails for that row (n != 6 first). Either
+    # way every engine stops with the message of the sum: the map computes it over
+    # every row that reaches it, and so does the predicate.
+    if where == "after":
+        def hop(x, e):
+            return x.join(e).map(lambda n, v, d: (d, _hop_sum(v, 2**62)),
+                                 names=["n", "v"]).filter(lambda n, v: n != 6)
+        v1, v2 = 0, 2**62
+    else:
+        def hop(x, e):
+            return x.join(e).filter(lambda n, v, d: (d != 6) & (_hop_sum(v, 2**62) > v)
+                                    ).map(lambda n, v, d: (d, v + 1), names=["n", "v"])
+        v1, v2 = -2**62 + 1, -2**62 + 2
+    _overflow_case(engine, loops, hop, ([0], [-2**62], [0, 1, 5], [1, 2, 6]),
+                   ([5], [2**62], None, None),
+                   {(0, -2**62): 1, (1, v1): 1, (2, v2): 1})
+
+
+@pytest.mark.parametrize("engine, loops", MODES)
 def test_a_filter_before_a_checked_sum_drops_the_row_that_would_overflow(engine, loops):
     # The filter drops the row whose sum would overflow (from node 5, at 2**62) before
     # the map sees it: no error, in a sequential loop too.
@@ -571,7 +595,7 @@ def test_a_filter_before_a_checked_sum_drops_the_row_that_would_overflow(engine,
     bh, base = df.new_input(["node", "v"])
     eh, edges = df.new_input(["src", "dst"])
     cap = base.iterate(lambda x: x.join(edges).filter(lambda n, v, d: v < 2**62).map(
-        lambda n, v, d: (d, checked_sum(v, 2**62, "hop: beyond int64")), names=["n", "v"])
+        lambda n, v, d: (d, _hop_sum(v, 2**62)), names=["n", "v"])
         .concat(base).min("v", name="v")).capture()
     bh.insert([0, 5], [-2**62, 2**62], time=0)
     eh.insert([0, 1, 5], [1, 2, 6], time=0)
@@ -582,48 +606,6 @@ def test_a_filter_before_a_checked_sum_drops_the_row_that_would_overflow(engine,
         assert df._native.sequential == [loops == "sequential"]
     assert O.captured_at(cap, 0, 2) == {(0, -2**62): 1, (1, 0): 1, (2, 2**62): 1,
                                         (5, 2**62): 1}
-
-
-@pytest.mark.parametrize("where", ["after", "compared"])
-@pytest.mark.parametrize("engine, loops", [("native", "sequential"),
-                                           ("native", "rounds"), ("python", None)])
-def test_a_checked_sum_before_a_filter_overflows_for_the_rows_it_drops(engine, loops,
-                                                                       where):
-    # "after": the map's checked sum overflows for the row from node 5 (at 2**62),
-    # which the filter after the map would drop (n != 6); "compared": a filter compares
-    # a checked sum after a comparison that fails for that row (n != 6 first). Either
-    # way every engine stops with the message of the sum: the map computes it over
-    # every row that reaches it, and so does the predicate.
-    df = dd.Dataflow(engine=engine, loops=loops)
-    bh, base = df.new_input(["node", "v"])
-    eh, edges = df.new_input(["src", "dst"])
-    if where == "after":
-        def body(x):
-            return x.join(edges).map(
-                lambda n, v, d: (d, checked_sum(v, 2**62, "hop: beyond int64")),
-                names=["n", "v"]).filter(lambda n, v: n != 6)
-    else:
-        def body(x):
-            return x.join(edges).filter(
-                lambda n, v, d: (d != 6) & (checked_sum(v, 2**62, "hop: beyond int64")
-                                            > v)).map(lambda n, v, d: (d, v + 1),
-                                                      names=["n", "v"])
-    cap = base.iterate(lambda x: body(x).concat(base).min("v", name="v")).capture()
-    bh.insert([0], [-2**62], time=0)
-    eh.insert([0, 1, 5], [1, 2, 6], time=0)
-    bh.advance_to(1)
-    eh.advance_to(1)
-    df.run()
-    if engine == "native":
-        assert df._native.sequential == [loops == "sequential"]
-    v1 = 0 if where == "after" else -2**62 + 1
-    v2 = 2**62 if where == "after" else -2**62 + 2
-    assert O.captured_at(cap, 0, 2) == {(0, -2**62): 1, (1, v1): 1, (2, v2): 1}
-    bh.insert([5], [2**62], time=1)
-    bh.advance_to(2)
-    eh.advance_to(2)
-    with pytest.raises(OverflowError, match=r"^hop: beyond int64 \(in run\(\) number 2"):
-        df.run()
 
 
 @pytest.mark.parametrize("tail", ["sum", "filter"])
