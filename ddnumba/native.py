@@ -684,23 +684,19 @@ def _seq_program(li, lp, ids, kind, prm):
     def walk(src_i, node, cols, sign, shift, path, preds, counted, seen, pending):
         for c, port in node.consumers:
             here = path + ((ids[id(c)], port),)
-            before = preds
-            if pending and isinstance(c, L.FilterNode):
-                before = preds + [_check_filter(pending)]
+            terms = c.affine() if isinstance(c, L.MapNode) else None
+            nxt = cols if terms is None else _compose(cols, terms)
+            before, left = preds, pending
+            if pending and (isinstance(c, L.FilterNode) or
+                            any(t not in nxt for t in pending)):   # (a map drops one)
+                before, left = preds + [_check_filter(pending)], []
             more = before
             if isinstance(c, L.FilterNode):
                 more = before + [_compose_filter(cols, c.affine())]
             count = counted + [(here, ids[id(c)], len(before), len(more))]
-            if isinstance(c, L.MapNode):
-                terms = c.affine()
-                nxt = _compose(cols, terms)
-                now = pending
-                if any(t not in nxt for t in pending):      # a checked sum dropped
-                    more = preds + [_check_filter(pending)]
-                    count[-1] = (here, ids[id(c)], len(preds), len(more))
-                    now = []
+            if terms is not None:
                 own = [nxt[i] for i, t in enumerate(terms) if t[2] is not None]
-                walk(src_i, c, nxt, sign, shift, here, more, count, seen, now + own)
+                walk(src_i, c, nxt, sign, shift, here, more, count, seen, left + own)
             elif isinstance(c, L.FilterNode):
                 walk(src_i, c, cols, sign, shift, here, more, count, seen, [])
             elif isinstance(c, L.ConcatNode):
