@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -105,9 +106,37 @@ def checkout(spec, *, repo=None, workdir=None):
         tree.parent.mkdir(parents=True, exist_ok=True)
         _git(repo, "worktree", "prune")
         _git(repo, "worktree", "add", "--detach", "--force", str(tree), sha)
-    elif _git(tree, "rev-parse", "HEAD") != sha:
+        return f"{spec} ({sha[:12]})", tree
+    r = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True,
+                       text=True)
+    if r.returncode:
+        _reattach(repo, tree, sha)
+    elif r.stdout.strip() != sha:
         raise SystemExit(f"ab: {tree} exists but is not at {sha}; remove it")
     return f"{spec} ({sha[:12]})", tree
+
+
+def _reattach(repo, tree, sha):
+    """Make ``tree``, a cached worktree whose repository is gone (it was made from a
+    clone since deleted, so its ``.git`` file points nowhere), a worktree of ``repo``
+    again, keeping its files and the kernels compiled in it. Refused when its tracked
+    files are not those of ``sha``."""
+    if not (tree / ".git").is_file():
+        raise SystemExit(f"ab: {tree} exists but is not a git worktree; remove it")
+    tmp = tree.parent / (tree.name + ".relink")
+    shutil.rmtree(tmp, ignore_errors=True)
+    _git(repo, "worktree", "prune")
+    _git(repo, "worktree", "add", "--detach", "--no-checkout", str(tmp), sha)
+    os.replace(tmp / ".git", tree / ".git")
+    shutil.rmtree(tmp)
+    _git(repo, "worktree", "repair", str(tree))
+    _git(tree, "reset", "-q")                    # the index from sha; files untouched
+    changed = _git(tree, "status", "--porcelain", "--untracked-files=no")
+    if changed:
+        raise SystemExit(f"ab: {tree} was a worktree of a repository that is gone, and "
+                         f"its files differ from {sha[:12]} ({len(changed.splitlines())} "
+                         f"changed); remove it")
+    print(f"ab: {tree}: its repository was gone; attached to {repo} again", flush=True)
 
 
 def _child(tree, args, *, timeout=None):

@@ -1,6 +1,7 @@
 """``python -m ddnumba.bench ab``: two versions of the code in alternating fresh
 processes, each importing ddnumba from its own tree, with answers checked."""
 import math
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -83,6 +84,53 @@ def test_a_revision_is_checked_out_once_and_imported_from_its_tree(tmp_path):
         files = benchab.probe(tree)
         assert files["ddnumba"] == str(tree / "ddnumba" / "__init__.py")
         assert files["kernels"] == str(tree / "kernels" / "__init__.py")
+    finally:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
+                        str(tree)], check=True)
+
+
+def _orphaned_worktree(tmp_path, name):
+    """A cached worktree of HEAD made from a clone of this repository that is then
+    deleted (as when ``bench ab`` ran in a clone since removed)."""
+    clone = tmp_path / name
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    _, tree = benchab.checkout("HEAD", repo=clone, workdir=tmp_path / "wd")
+    shutil.rmtree(clone)
+    return tree
+
+
+def test_a_cached_worktree_whose_repository_is_gone_is_attached_again(tmp_path, capsys):
+    sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    tree = _orphaned_worktree(tmp_path, "gone")
+    (tree / "kernels" / "compiled.marker").write_text("kept")    # e.g. its kernel cache
+    assert subprocess.run(["git", "-C", str(tree), "status"],
+                          capture_output=True).returncode != 0    # orphaned
+    try:
+        assert benchab.checkout("HEAD", repo=ROOT, workdir=tmp_path / "wd")[1] == tree
+        assert "attached to" in capsys.readouterr().out
+        assert (tree / "kernels" / "compiled.marker").read_text() == "kept"
+        head = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        assert head == sha
+        assert subprocess.run(["git", "-C", str(tree), "status", "--porcelain",
+                               "--untracked-files=no"], capture_output=True, text=True,
+                              check=True).stdout == ""
+        # the next use finds it attached: nothing to do
+        assert benchab.checkout("HEAD", repo=ROOT, workdir=tmp_path / "wd")[1] == tree
+        assert "attached to" not in capsys.readouterr().out
+    finally:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
+                        str(tree)], check=True)
+
+
+def test_an_orphaned_worktree_with_changed_files_is_refused(tmp_path):
+    tree = _orphaned_worktree(tmp_path, "gone")
+    with open(tree / "README.md", "a") as f:
+        f.write("changed\n")
+    try:
+        with pytest.raises(SystemExit, match="files differ from"):
+            benchab.checkout("HEAD", repo=ROOT, workdir=tmp_path / "wd")
     finally:
         subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
                         str(tree)], check=True)
