@@ -26,10 +26,12 @@ compiled code, many times per round:
 import numpy as np
 from numba import njit
 
+from .hooks import release_rows
 from .rows import add_counted, flat_view, leaf
 from .sort import _bucket_sort, _column_widths, _lsd_sort, _pack_word, _unpack_word
 
-__all__ = ["sort_consolidate", "merge", "seek", "seek_fenced", "fence", "concat_batches",
+__all__ = ["sort_consolidate", "consolidate_dead", "merge", "seek", "seek_fenced", "fence",
+           "concat_batches",
            "empty_batch", "is_flat", "FENCE_STEP", "fence_rows", "key_index",
            "INDEX_MIN"]
 
@@ -244,6 +246,64 @@ def _trim(data, times, diffs, k):
 
 
 @njit(cache=True, nogil=True)
+def _sum_unpack(sk, sd, w, mins, widths, shifts):
+    """The flat batch of sorted one-word keys ``sk`` with diffs ``sd``: runs of equal
+    keys summed (in place), zeros dropped, rows decoded (see :func:`_layout`)."""
+    n = sk.shape[0]
+    k = np.int64(0)
+    r = np.int64(0)
+    while r < n:
+        key = sk[r]
+        s = sd[r]
+        carry = np.int64(0)
+        r += 1
+        while r < n and sk[r] == key:
+            s, carry = add_counted(s, carry, sd[r])
+            r += 1
+        if carry != 0:
+            raise OverflowError("consolidate: a sum of diffs overflows int64")
+        if s != 0:
+            sk[k] = key
+            sd[k] = s
+            k += 1
+    od = np.empty((k, w), np.int64)
+    ot = np.empty((k, 2), np.int64)
+    _unpack_word(sk, k, mins, widths, shifts, od, ot)
+    return od, ot, (sd if k == n else sd[:k].copy())
+
+
+#: updates from which :func:`consolidate_dead` gives its inputs' memory back early
+DEAD_MIN = 1 << 20
+
+
+@njit(cache=True, nogil=True)
+def consolidate_dead(data, times, diffs):
+    """:func:`sort_consolidate` of updates that nothing else holds (the caller drops
+    them afterwards): with a one-word layout, the inputs' memory is given back as soon
+    as the sort keys are packed from them, and the keys' once they are sorted, so that
+    at most about two copies of a large batch are resident at once instead of four (a
+    load's loop hands the root scope millions of rows at once)."""
+    n = diffs.shape[0]
+    if n < DEAD_MIN or times.shape[1] != 2 or times.shape[0] != n or \
+            data.shape[0] != n or not (data.flags.c_contiguous and
+                                       times.flags.c_contiguous and
+                                       diffs.flags.c_contiguous) or \
+            is_flat(data, times, diffs):
+        return sort_consolidate(data, times, diffs)
+    mins, widths, word_of, shifts, word_bits = _layout(data, times)
+    if word_bits.shape[0] != 1:
+        return sort_consolidate(data, times, diffs)
+    keys = np.empty(n, np.uint64)
+    _pack_word(data, times, mins, word_of, shifts, 0, np.empty(0, np.int64), False, keys)
+    release_rows(data, 0, n)
+    release_rows(times, 0, n)
+    sk, sd = _sort_keys(keys, diffs, False, word_bits[0])
+    release_rows(keys, 0, n)
+    release_rows(diffs, 0, n)
+    return _sum_unpack(sk, sd, data.shape[1], mins, widths, shifts)
+
+
+@njit(cache=True, nogil=True)
 def sort_consolidate(data, times, diffs):
     """Sort updates by (data, time), sum equal pairs, drop zeros: a flat batch.
 
@@ -274,27 +334,7 @@ def sort_consolidate(data, times, diffs):
             for r in range(n):
                 keys[r] = 0
         sk, sd = _sort_keys(keys, diffs, False, word_bits[0] if nw == 1 else 0)
-        # Sum runs of equal keys in place.
-        k = np.int64(0)
-        r = np.int64(0)
-        while r < n:
-            key = sk[r]
-            s = sd[r]
-            carry = np.int64(0)
-            r += 1
-            while r < n and sk[r] == key:
-                s, carry = add_counted(s, carry, sd[r])
-                r += 1
-            if carry != 0:
-                raise OverflowError("consolidate: a sum of diffs overflows int64")
-            if s != 0:
-                sk[k] = key
-                sd[k] = s
-                k += 1
-        od = np.empty((k, w), np.int64)
-        ot = np.empty((k, 2), np.int64)
-        _unpack_word(sk, k, mins, widths, shifts, od, ot)
-        return od, ot, (sd if k == n else sd[:k].copy())
+        return _sum_unpack(sk, sd, w, mins, widths, shifts)
     # Several words: LSD over words, carrying the permutation.
     keys = np.empty(n, np.uint64)
     perm = np.arange(n)

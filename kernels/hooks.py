@@ -208,8 +208,8 @@ def _py_release(arr, r0, r1):
 
 @njit(cache=True)
 def release_rows(arr, r0, r1):
-    """Give back the memory of rows ``[r0, r1)`` of ``arr`` (C-contiguous, 2-D) that
-    are no longer needed: every aligned 2 MiB unit inside the array that ends by row
+    """Give back the memory of rows ``[r0, r1)`` of ``arr`` (C-contiguous, 1-D or 2-D)
+    that are no longer needed: every aligned 2 MiB unit inside the array that ends by row
     ``r1`` and does not end before row ``r0`` (so calls for consecutive ranges leave no
     gaps). Those rows, and every row before ``r0``, must be dead: afterwards they read
     as zeros (Linux ``madvise(MADV_DONTNEED)``; elsewhere nothing happens).

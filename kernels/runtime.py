@@ -54,7 +54,7 @@ from numba import njit, types
 from numba.typed import List
 
 from .affine import MAP_OVERFLOW, affine_batch
-from .batch import (advance, concat_batches, fence, key_ranges, merge,
+from .batch import (advance, concat_batches, consolidate_dead, fence, key_ranges, merge,
                     sort_consolidate)
 from .hooks import (_HOOKS, _cb_batch, _cb_logic, _cb_warn, loop_call_due,  # noqa: F401
                     set_hooks, trim_heap)
@@ -2343,8 +2343,13 @@ def _run_loop_seq(prog, st, l):
             if n == 0:
                 continue
             buf = bufs[q]
-            st[0][qbase[nodes[ln, 1]]].append(
-                seq_leave_rows(buf, n, nodes[ln, 2], _hs_move_step(buf)))
+            # (consolidated here, where nothing else holds the rows, so that their
+            # memory goes back as the sort proceeds: the leave's step finds them flat;
+            # it is counted as receiving every row)
+            d, tt, f = seq_leave_rows(buf, n, nodes[ln, 2], _hs_move_step(buf))
+            b = consolidate_dead(d, tt, f)
+            st[10][nodes[ln, 1], 1] += n - b[2].shape[0]
+            st[0][qbase[nodes[ln, 1]]].append(b)
             seq_set_buf_count(cn, q, 0)
             if buf.shape[0] > 65536:
                 seq_put_buf(bufs, cn, q, np.empty((16, buf.shape[1]), np.int64))

@@ -440,3 +440,48 @@ def test_merge_rows_of_one_update_mixed_with_longer_rows(seed):
             assert kb.is_flat(*got)
         alone = kb.merge(a, kb.empty_batch(w), since)
         assert_batch(alone, ref_consolidate(*a, since=ref_since))
+
+
+def _dead_inputs(n, seed, wide=False):
+    data, times, diffs = updates(n, 2, 1000, 10, seed, wide=wide)
+    return data, times, diffs, (data.copy(), times.copy(), diffs.copy())
+
+
+def test_consolidate_dead_gives_back_its_inputs_and_matches_sort_consolidate():
+    """A large batch with a one-word layout: the same flat batch as sort_consolidate,
+    and the inputs' memory given back (their whole 2 MiB units read as zeros)."""
+    n = kb.DEAD_MIN + 12_345
+    data, times, diffs, (d0, t0, f0) = _dead_inputs(n, 1)
+    got = kb.consolidate_dead(data, times, diffs)
+    want = kb.sort_consolidate(d0, t0, f0)
+    assert_batch(got, want)
+    assert len(want[2]) < n          # some updates met and summed
+    for a in (data, times, diffs):      # all but the partial 2 MiB units at the ends
+        assert (a == 0).mean() >= 1 - 4 * 2**20 / a.nbytes
+    assert (d0 != 0).mean() > 0.9    # (the copies were not touched)
+
+
+@pytest.mark.parametrize("case", ["small", "wide", "flat"])
+def test_consolidate_dead_keeps_inputs_it_cannot_give_back(case):
+    """Fewer than DEAD_MIN updates, a layout of several words (the rows are gathered
+    after the sort) or a batch already flat (returned as it is): the inputs stay."""
+    n = 5_000 if case == "small" else kb.DEAD_MIN + 7
+    data, times, diffs, (d0, t0, f0) = _dead_inputs(n, 2, wide=case == "wide")
+    if case == "flat":
+        data, times, diffs = kb.sort_consolidate(data, times, diffs)
+        d0, t0, f0 = data.copy(), times.copy(), diffs.copy()
+    got = kb.consolidate_dead(data, times, diffs)
+    assert_batch(got, kb.sort_consolidate(d0, t0, f0))
+    for a, b in ((data, d0), (times, t0), (diffs, f0)):
+        np.testing.assert_array_equal(a, b)
+    if case == "small":
+        assert_batch(got, ref_consolidate(d0, t0, f0))
+
+
+def test_consolidate_dead_overflow():
+    n = kb.DEAD_MIN + 1
+    data = np.zeros((n, 1), np.int64)
+    times = np.zeros((n, 2), np.int64)
+    diffs = np.full(n, 2**62, np.int64)
+    with pytest.raises(OverflowError, match="consolidate"):
+        kb.consolidate_dead(data, times, diffs)

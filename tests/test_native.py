@@ -1227,6 +1227,41 @@ def test_sequential_leave_rows_consolidated_at_the_root():
     assert left == emitted
 
 
+def test_sequential_leave_of_a_million_rows():
+    """A load whose loop sends the root scope more than a million rows, among them
+    labels retracted again within the time: they are consolidated where the loop hands
+    them over, their memory given back as the sort proceeds
+    (kernels.batch.consolidate_dead), and the capture holds exactly the final labels.
+    Least labels along chains of 8 nodes, ids shuffled: a node's label is the least id
+    before it on its chain."""
+    from ddnumba.algorithms import _propagate_min
+    from ddnumba.kernels.batch import DEAD_MIN
+    from ddnumba.operators.iterate import LeaveNode
+    rng = np.random.default_rng(17)
+    n, chain = 600_000, 8
+    pos = rng.permutation(n).reshape(-1, chain)     # the nodes of each chain in order
+    s, d = pos[:, :-1].ravel(), pos[:, 1:].ravel()
+    df = dd.Dataflow(engine="native", loops="sequential")
+    li, lab0 = df.new_input(["node", "label"])
+    ei, edges = df.new_input(["src", "dst"])
+    cap = _propagate_min(edges, lab0).capture()
+    li.insert(np.arange(n), np.arange(n), time=0)
+    ei.insert(s, d, time=0)
+    li.advance_to(1)
+    ei.advance_to(1)
+    df.run()
+    assert df._native.sequential == [True]
+    (left,) = _node_rows(df, LeaveNode)
+    assert left >= DEAD_MIN, "too few rows to reach the path under test"
+    want = np.empty(n, np.int64)
+    want[pos.ravel()] = np.minimum.accumulate(pos, axis=1).ravel()
+    t = cap.at(0)
+    node = t.column(0).to_numpy()
+    label = t.column(1).to_numpy()
+    assert len(node) == n and np.array_equal(np.sort(node), np.arange(n))
+    np.testing.assert_array_equal(label[np.argsort(node)], want)
+
+
 def test_unknown_loop_mode(monkeypatch):
     monkeypatch.setenv("DDNUMBA_LOOPS", "fast")
     df = dd.Dataflow(engine="native")
