@@ -66,3 +66,25 @@ def test_consolidate_in_place_either_side_of_the_insertion_sort(n):
     k = sl._consolidate(rows, n, 2)
     assert as_pairs(rows, k, 2) == want
     assert (rows[:k, 0] == 3).all()
+
+
+@pytest.mark.parametrize("big", [False, True])
+def test_a_grown_buffer_keeps_its_rows_and_gives_the_old_one_back(big):
+    """A buffer grown for more rows keeps its first ``keep`` rows; a large one is
+    copied in parts, each given back once copied (its whole 2 MiB units then read as
+    zeros), so that old and new are not both resident; a small one is left as it was."""
+    from ddnumba.kernels.hstate import _move_step
+    w = 4
+    step = int(_move_step(np.empty((1 << 22, w), np.int64)))
+    n = 2 * step + 12_345 if big else 1_000
+    buf = np.arange(n * w, dtype=np.int64).reshape(n, w) + 1
+    keep = n - 7
+    out = sl._grown(buf, keep, n + 1)
+    assert out.shape[0] >= n + 1 and out.shape[1] == w
+    np.testing.assert_array_equal(out[:keep], (np.arange(keep * w) + 1).reshape(keep, w))
+    zero = (buf == 0).mean()
+    if big:
+        assert zero >= 1 - 2 * 2**21 / buf.nbytes
+    else:
+        assert zero == 0
+    assert np.shares_memory(sl._grown(out, keep, 5), out)    # room enough: the same
