@@ -1184,19 +1184,10 @@ def test_sequential_leave_sums_a_keys_rows():
     assert left - left0 < (out - out0) // 2
 
 
-def test_sequential_leave_rows_consolidated_at_the_root():
-    """Least-label propagation improves labels over iterations, so within the load's
-    one outer time the loop sends a node's early labels out and retracts them later.
-    The leave drops the iterations (summing a row into the one before it when they are
-    alike, which labels replacing each other are not) and the root consolidates the
-    run's rows, so the capture receives exactly the final labels, which match
-    networkx. The leave counts each row it keeps once."""
+def _least_labels_loaded(n, s, d):
+    """Least-label propagation (labels start as the node ids) over edges ``s -> d``,
+    loaded at time 0 with sequential loops: ``(dataflow, capture)``."""
     from ddnumba.algorithms import _propagate_min
-    from ddnumba.operators.iterate import LeaveNode
-    from ddnumba.operators.output import CaptureNode
-    rng = np.random.default_rng(5)
-    n, m = 1000, 2500
-    s, d = rng.integers(0, n, m), rng.integers(0, n, m)
     df = dd.Dataflow(engine="native", loops="sequential")
     li, lab0 = df.new_input(["node", "label"])
     ei, edges = df.new_input(["src", "dst"])
@@ -1207,6 +1198,22 @@ def test_sequential_leave_rows_consolidated_at_the_root():
     ei.advance_to(1)
     df.run()
     assert df._native.sequential == [True]
+    return df, cap
+
+
+def test_sequential_leave_rows_consolidated_at_the_root():
+    """Least-label propagation improves labels over iterations, so within the load's
+    one outer time the loop sends a node's early labels out and retracts them later.
+    The leave drops the iterations (summing a row into the one before it when they are
+    alike, which labels replacing each other are not) and the root consolidates the
+    run's rows, so the capture receives exactly the final labels, which match
+    networkx. The leave counts each row it keeps once."""
+    from ddnumba.operators.iterate import LeaveNode
+    from ddnumba.operators.output import CaptureNode
+    rng = np.random.default_rng(5)
+    n, m = 1000, 2500
+    s, d = rng.integers(0, n, m), rng.integers(0, n, m)
+    df, cap = _least_labels_loaded(n, s, d)
     g = nx.DiGraph()
     g.add_nodes_from(range(n))
     g.add_edges_from(zip(s.tolist(), d.tolist()))
@@ -1234,23 +1241,13 @@ def test_sequential_leave_of_a_million_rows():
     (kernels.batch.consolidate_dead), and the capture holds exactly the final labels.
     Least labels along chains of 8 nodes, ids shuffled: a node's label is the least id
     before it on its chain."""
-    from ddnumba.algorithms import _propagate_min
     from ddnumba.kernels.batch import DEAD_MIN
     from ddnumba.operators.iterate import LeaveNode
     rng = np.random.default_rng(17)
     n, chain = 600_000, 8
     pos = rng.permutation(n).reshape(-1, chain)     # the nodes of each chain in order
     s, d = pos[:, :-1].ravel(), pos[:, 1:].ravel()
-    df = dd.Dataflow(engine="native", loops="sequential")
-    li, lab0 = df.new_input(["node", "label"])
-    ei, edges = df.new_input(["src", "dst"])
-    cap = _propagate_min(edges, lab0).capture()
-    li.insert(np.arange(n), np.arange(n), time=0)
-    ei.insert(s, d, time=0)
-    li.advance_to(1)
-    ei.advance_to(1)
-    df.run()
-    assert df._native.sequential == [True]
+    df, cap = _least_labels_loaded(n, s, d)
     (left,) = _node_rows(df, LeaveNode)
     assert left >= DEAD_MIN, "too few rows to reach the path under test"
     want = np.empty(n, np.int64)
