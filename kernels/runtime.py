@@ -2345,11 +2345,13 @@ def _run_loop_seq(prog, st, l):
             buf = bufs[q]
             # (consolidated here, where nothing else holds the rows, so that their
             # memory goes back as the sort proceeds: the leave's step finds them flat;
-            # it is counted as receiving every row)
+            # it is counted as receiving every row. Rows that cancel out queue nothing:
+            # the step takes no empty batch, which would stay queued.)
             d, tt, f = seq_leave_rows(buf, n, nodes[ln, 2], _hs_move_step(buf))
             b = consolidate_dead(d, tt, f)
             st[10][nodes[ln, 1], 1] += n - b[2].shape[0]
-            st[0][qbase[nodes[ln, 1]]].append(b)
+            if b[2].shape[0]:
+                st[0][qbase[nodes[ln, 1]]].append(b)
             seq_set_buf_count(cn, q, 0)
             if buf.shape[0] > 65536:
                 seq_put_buf(bufs, cn, q, np.empty((16, buf.shape[1]), np.int64))

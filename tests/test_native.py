@@ -1259,6 +1259,39 @@ def test_sequential_leave_of_a_million_rows():
     np.testing.assert_array_equal(label[np.argsort(node)], want)
 
 
+def test_sequential_leave_rows_that_cancel_queue_nothing():
+    """Single edge changes that move nodes to other depths without changing what is
+    reached: the loop's rows for them cancel once the iterations go, and the root scope
+    must get no batch at all -- an empty one would stay queued at the leave (its step
+    takes only non-empty input), one more with every such run. Every run against BFS;
+    some runs must have sent the leave rows that cancelled."""
+    from ddnumba.operators.iterate import LeaveNode
+    rng = np.random.default_rng(3)
+    n = 200
+    df, (ri, ei), check, src, dst = _seq_reach(rng, n, 2 * n, 3)
+    eng = df._native
+    (leave,) = [i for i, nd in enumerate(eng.nodes) if isinstance(nd, LeaveNode)]
+    stats = eng.st[10]
+    live = list(zip(src.tolist(), dst.tolist()))
+    cancelled = 0
+    for t in range(1, 301):
+        old = live.pop(0)
+        new = tuple(int(x) for x in rng.integers(0, n, 2))
+        live.append(new)
+        ei.update([old[0], new[0]], [old[1], new[1]], time=t, diff=[-1, 1])
+        ei.advance_to(t + 1)
+        ri.advance_to(t + 1)
+        rows, steps = int(stats[leave, 1]), int(stats[leave, 0])
+        df.run()
+        assert len(eng.st[0][int(eng.qbase[leave])]) == 0, f"run {t}"
+        w = np.array(live, np.int64)
+        check(t, w[:, 0].copy(), w[:, 1].copy())
+        # rows that reached the leave are counted, and its step ran only if some
+        # were left after consolidation
+        cancelled += int(stats[leave, 1]) > rows and int(stats[leave, 0]) == steps
+    assert cancelled >= 3, "no run's leave rows cancelled: the test shows nothing"
+
+
 def test_unknown_loop_mode(monkeypatch):
     monkeypatch.setenv("DDNUMBA_LOOPS", "fast")
     df = dd.Dataflow(engine="native")
@@ -2239,7 +2272,7 @@ def test_auto_falls_back_for_nested_loops(monkeypatch):
                         max_iterations=GUARD)
     cap = out.capture()
     ri.insert([0], time=0)
-    ei.insert([0, 1], [1, 2], time=0)
+    ei.insert([0, 1, 1], [1, 2, 3], time=0)
     ri.close()
     ei.close()
     df.run()
