@@ -2272,7 +2272,7 @@ def test_auto_falls_back_for_nested_loops(monkeypatch):
                         max_iterations=GUARD)
     cap = out.capture()
     ri.insert([0], time=0)
-    ei.insert([0, 1, 1], [1, 2, 3], time=0)
+    ei.insert([0, 1], [1, 2], time=0)
     ri.close()
     ei.close()
     df.run()
