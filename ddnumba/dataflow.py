@@ -730,6 +730,11 @@ class Dataflow:
         RuntimeError
             After an earlier ``run()`` raised part-way (the operators' states no
             longer agree: build a new dataflow), or after :meth:`close`.
+        KeyboardInterrupt
+            Ctrl-C. The native engine's compiled code takes it at its next call back
+            into Python (a loop checks in every 1,024 iterations past 10,000): the run
+            stops part-way and the dataflow fails for later runs. A run that finishes
+            first completes, and then raises it; the dataflow goes on.
 
         Any exception raised by a user function (``map``, ``filter``, ...) passes
         through, and also fails the dataflow for later runs.
@@ -737,13 +742,14 @@ class Dataflow:
         if self._failed is not None:
             raise RuntimeError(f"this dataflow failed in an earlier run() "
                                f"({self._failed}); build a new one") from None
+        held = False
         if self.workers == 1:
             if self._native is None:
                 from ddnumba.native import compile_dataflow
                 self._native = compile_dataflow(self, self.engine) or False
             try:
                 if self._native:
-                    self._native.run()
+                    held = self._native.run()
                 else:
                     self.root.run_pass()
             except BaseException as e:
@@ -765,6 +771,11 @@ class Dataflow:
         self.runs += 1
         for node in self._auto_captures:
             node.after_run()
+        if held:
+            # Ctrl-C during compiled code that finished before calling back into
+            # Python (see ddnumba.native._HeldCtrlC): the run is complete, so the
+            # dataflow goes on; the interrupt is raised now.
+            raise KeyboardInterrupt("Ctrl-C during run(); the run completed first")
 
     def _run_context(self):
         """Which run failed and which updates it was given, for an error message."""

@@ -32,6 +32,13 @@ from __future__ import annotations
 
 import warnings
 
+# (signal.signal and signal.getsignal wrap these in enum conversions costing ~4 µs a
+# call, 2% of a single-change run; each run makes three such calls, see _HeldCtrlC)
+try:
+    import _signal as _sig
+except ImportError:         # pragma: no cover (not CPython)
+    import signal as _sig
+
 import numpy as np
 
 from ddnumba.kernels import hooks as _hooks
@@ -84,6 +91,56 @@ class _SlowNotice:
             print(f"ddnumba: ... done in {time.perf_counter() - self.t0:.0f} s",
                   file=sys.stderr, flush=True)
         return False
+
+
+class _HeldCtrlC:
+    """Ctrl-C while a run's compiled code executes, held for a safe point.
+
+    Compiled code never lets Python handle a signal: Python runs the SIGINT handler at
+    the first bytecode it executes afterwards, which is inside a call from compiled
+    code back into Python (an ``objmode`` block, kernels.hooks). Numba's glue for such
+    a call runs Python code of its own (it unpickles a type to box each array
+    argument). The default handler raises KeyboardInterrupt wherever it runs, and
+    raised inside that glue it leaves the call without its arguments: ``TypeError:
+    _cb_batch expected 4 arguments, got 3``, a SystemError, or a double free that
+    kills the process (seen in round-wise loops with a Python ``map``).
+
+    Inside the ``with`` block this handler only records the interrupt. The hooks
+    (:meth:`NativeDataflow._batch_cb` and the others), entered with their arguments
+    boxed, raise it as KeyboardInterrupt; a run that ends before calling a hook
+    reports it when it returns (``hit``). It takes over only from Python's default
+    handler, and only in the main thread (the only one that handles signals).
+    """
+
+    def __init__(self):
+        self.hit = False
+        self._prev = None
+
+    def _handler(self, signum, frame):
+        self.hit = True
+
+    def __enter__(self):
+        self.hit = False
+        self._prev = None
+        try:
+            if _sig.getsignal(_sig.SIGINT) is _sig.default_int_handler:
+                _sig.signal(_sig.SIGINT, self._handler)
+                self._prev = _sig.default_int_handler
+        except ValueError:          # not the main thread
+            pass
+        return self
+
+    def __exit__(self, *exc):
+        if self._prev is not None:
+            _sig.signal(_sig.SIGINT, self._prev)
+            self._prev = None
+        return False
+
+    def check(self):
+        """Raise the held interrupt (called where a hook starts)."""
+        if self.hit:
+            self.hit = False
+            raise KeyboardInterrupt
 
 
 def _cold(dispatcher):
@@ -1010,6 +1067,7 @@ class NativeEngine:
         self._capture_lists = [self.st[6][i] for i in range(len(self.captures))]
         self._hooks = (self._batch_cb, self._logic_cb, self._warn_cb)
         self._warned_loops = set()     # loops that warned (see _warn_cb)
+        self._ctrl_c = _HeldCtrlC()
         self.frontiers = np.zeros(len(df.inputs), _I64)
         self.passes = 0               # compiled passes run (a run may take several)
         self.n_nodes = N
@@ -1048,6 +1106,7 @@ class NativeEngine:
 
     # ------------------------------------------------------------------ callbacks
     def _batch_cb(self, n, data, times, diffs):
+        self._ctrl_c.check()
         node = self.callbacks[n]
         root = self.root_scope[n] < 0
         u = Updates(data, np.ascontiguousarray(times[:, :1]) if root else times, diffs)
@@ -1062,6 +1121,7 @@ class NativeEngine:
                 np.ascontiguousarray(out.diffs, dtype=_I64))
 
     def _logic_cb(self, n, mom_offs, acc_vals, acc_counts):
+        self._ctrl_c.check()
         node = self.logic[n]
         offs, vals, counts = node.logic(mom_offs, acc_vals, acc_counts)
         return (np.ascontiguousarray(offs, dtype=_I64),
@@ -1071,7 +1131,8 @@ class NativeEngine:
     def _warn_cb(self, loop, k):
         # Called at iteration 10,000 of a loop without a limit, then every 1,024
         # iterations (kernels.hooks.loop_call_due): it warns the first time; every
-        # call lets a pending Ctrl-C raise KeyboardInterrupt out of the run.
+        # call raises a Ctrl-C held since (see _HeldCtrlC) out of the run.
+        self._ctrl_c.check()
         if loop in self._warned_loops:
             return
         self._warned_loops.add(loop)
@@ -1124,43 +1185,24 @@ class NativeEngine:
                 if len(times) > share:
                     c = max(c, int(len(ts) * share // len(times)))
                     passes = [np.minimum(self.frontiers, b) for b in ts[c::c]] + passes
+        if self._run_fn is _rt.run:
+            if _cold(_rt.run):
+                # compile (or load) apart from running, so that only that is announced,
+                # not a long first run (and Ctrl-C stops it as usual)
+                from numba import typeof
+                sig = tuple(typeof(a) for a in (self.prog, self.st, passes[0]))
+                with _SlowNotice(COMPILE_NOTICE_S, COMPILE_NOTICE):
+                    compile_runtime(sig)
+            self._run_fn = _entry(_rt.run)
         saved = _rt._HOOKS[:]
         _rt.set_hooks(*self._hooks)
         try:
-            for fr in passes:
-                self.passes += 1
-                if self._run_fn is _rt.run and _cold(_rt.run):
-                    # compile (or load) apart from running, so that only that is
-                    # announced, not a long first run
-                    from numba import typeof
-                    sig = tuple(typeof(a) for a in (self.prog, self.st, fr))
-                    with _SlowNotice(COMPILE_NOTICE_S, COMPILE_NOTICE):
-                        compile_runtime(sig)
-                    self._run_fn = _entry(_rt.run)
-                try:
-                    status = self._run_fn(self.prog, self.st, fr)
-                except OverflowError as e:
-                    # a checked sum of a map: the map's message
-                    if str(e) != _seq.MAP_OVERFLOW:
-                        raise
-                    node = int(self.st[9][_rt.INFO_MAP]) - 1
-                    self.st[9][_rt.INFO_MAP] = 0
-                    if node >= 0 and node in self._map_messages:
-                        raise OverflowError(self._map_messages[node]) from None
-                    if node < 0 and self._sum_messages:      # (a sequential loop's)
-                        raise OverflowError(" / ".join(self._sum_messages)) from None
-                    raise
-                except SystemError as e:
-                    # A Ctrl-C pending when compiled code calls back into Python
-                    # (the loops' check-ins, kernels.hooks.loop_call_due) can be
-                    # raised inside Numba's own objmode glue, which reports it so.
-                    if isinstance(e.__cause__, KeyboardInterrupt):
-                        raise KeyboardInterrupt() from None
-                    raise
-                if self._run_fn is _rt.run:
-                    self._run_fn = _entry(_rt.run)
-                if status != _rt.OK:
-                    break
+            with self._ctrl_c:
+                for fr in passes:
+                    self.passes += 1
+                    status = self._run_pass(fr)
+                    if status != _rt.OK:
+                        break
         finally:
             _rt._HOOKS[:] = saved
         if status == _rt.ITERATION_LIMIT:
@@ -1172,6 +1214,30 @@ class NativeEngine:
                 f"{lp.max_iterations} (still changing at iteration {int(info[1])}); raise "
                 f"the limit or check that the loop body reaches a fixed point")
         self._sync_outputs()
+        held, self._ctrl_c.hit = self._ctrl_c.hit, False
+        return held
+
+    def _run_pass(self, fr):
+        """One compiled pass up to frontier ``fr``: its status."""
+        try:
+            return self._run_fn(self.prog, self.st, fr)
+        except OverflowError as e:
+            # a checked sum of a map: the map's message
+            if str(e) != _seq.MAP_OVERFLOW:
+                raise
+            node = int(self.st[9][_rt.INFO_MAP]) - 1
+            self.st[9][_rt.INFO_MAP] = 0
+            if node >= 0 and node in self._map_messages:
+                raise OverflowError(self._map_messages[node]) from None
+            if node < 0 and self._sum_messages:      # (a sequential loop's)
+                raise OverflowError(" / ".join(self._sum_messages)) from None
+            raise
+        except SystemError as e:
+            # A Ctrl-C raised inside Numba's objmode glue (where _HeldCtrlC could not
+            # take the signal over: another handler was installed) is reported so.
+            if isinstance(e.__cause__, KeyboardInterrupt):
+                raise KeyboardInterrupt() from None
+            raise
 
     def _sync_outputs(self):
         nf = self.st[7]

@@ -1835,8 +1835,9 @@ def test_runaway_loop_stops_on_ctrl_c(tmp_path, loops):
     # A loop that never converges (no max_iterations) inside compiled code: Ctrl-C
     # (SIGINT) stops it within seconds, as KeyboardInterrupt out of run(), and the
     # dataflow then refuses to run. (Compiled code never lets Python see a signal;
-    # the loop calls back every 1,024 iterations past 10,000, and a pending
-    # KeyboardInterrupt is raised there.)
+    # the engine holds it, the loop calls back every 1,024 iterations past 10,000,
+    # and the held interrupt is raised there. Before it was held, it could be raised
+    # inside Numba's glue of another call back, release_rows, as a TypeError.)
     import signal
     import subprocess
     import sys
@@ -1863,6 +1864,169 @@ def test_runaway_loop_stops_on_ctrl_c(tmp_path, loops):
             proc.communicate()
     assert proc.returncode == 0, err
     assert out.split() == ["interrupted", "refused:", "True"], (out, err)
+
+
+_CTRL_C_IN_CALLBACKS = """
+import json, os, signal, sys, threading, warnings
+import numpy as np
+import ddnumba as dd
+from ddnumba.operators.iterate import IterationLimitError
+warnings.simplefilter("ignore")
+loops = sys.argv[1]
+faulthandler = __import__("faulthandler")
+faulthandler.dump_traceback_later(90)      # (where it is, should it hang: stderr)
+out = {}
+armed = [False]
+MARK = 1234567           # (a key the map's build-time probes do not make up)
+
+
+def poke(k):
+    # a Python map (a call back from compiled code with arrays); once armed, it sends
+    # this process SIGINT, which Python handles during the call
+    if armed[0] and isinstance(k, np.ndarray) and (np.abs(k) == MARK).any():
+        armed[0] = False
+        os.kill(os.getpid(), signal.SIGINT)
+    return np.abs(k)
+
+
+def runaway(limit, f=np.abs):
+    df = dd.Dataflow(engine="native", loops=loops)
+    ci, c = df.new_input(["k"])
+    c.iterate(lambda v: v.map(f).concat(c), name="runaway", max_iterations=limit).capture()
+    ci.insert([1, 2, MARK], time=0)
+    ci.advance_to(1)
+    return df
+
+
+def outcome(df):
+    try:
+        df.run()
+        r = "finished"
+    except KeyboardInterrupt:
+        r = "interrupted"
+    except BaseException as e:
+        r = f"{type(e).__name__}: {e}"
+    try:
+        df.run()
+        return r, "ran again"
+    except RuntimeError as e:
+        return r, "refused" if "KeyboardInterrupt" in str(e) else str(e)
+    except BaseException as e:
+        return r, f"{type(e).__name__}: {e}"
+
+
+try:                                  # compile or load everything first
+    runaway(300).run()
+except IterationLimitError:
+    pass
+# 1. SIGINT from outside at varied moments of a loop that calls back with arrays
+main = threading.main_thread().ident
+out["timed"] = []
+for delay in (0.2, 0.45, 0.7, 0.95):
+    df = runaway(None)
+    threading.Timer(delay, signal.pthread_kill, (main, signal.SIGINT)).start()
+    out["timed"].append(outcome(df))
+# 2. SIGINT during a call back inside the loop: raised at the next call back
+df = runaway(None, poke)
+armed[0] = True
+out["in_loop"] = outcome(df)
+# 3. SIGINT during the last call back of a run: the run completes, then raises
+df = dd.Dataflow(engine="native", loops=loops)
+ci, c = df.new_input(["k"])
+cap = c.map(poke).capture()
+ci.insert([-1, 2], time=0)
+ci.advance_to(1)
+df.run()
+ci.insert([-MARK], time=1)
+ci.advance_to(2)
+armed[0] = True
+try:
+    df.run()
+    out["completed"] = "finished"
+except KeyboardInterrupt as e:
+    out["completed"] = str(e)
+try:
+    ci.insert([-4], time=2)
+    ci.advance_to(3)
+    df.run()
+    rows, counts = cap.accumulate(2)
+    out["after"] = [rows[:, 0].tolist(), counts.tolist()]
+except BaseException as e:
+    out["after"] = f"{type(e).__name__}: {e}"
+out["handler_back"] = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+print(json.dumps(out), flush=True)
+"""
+
+
+@pytest.mark.parametrize("loops", ["sequential", "rounds"])
+def test_ctrl_c_in_a_loop_that_calls_python_is_an_interrupt(tmp_path, loops):
+    # Compiled code calling back into Python with arrays (a Python map in a loop):
+    # Python handles a pending SIGINT at its next bytecode, often inside Numba's glue
+    # for the call (boxing an array unpickles its type). The default handler raised
+    # KeyboardInterrupt there, and the call went ahead without its arguments
+    # ("TypeError: _cb_batch expected 4 arguments, got 3"; a double free in
+    # round-wise loops). The engine holds the interrupt while compiled code runs and
+    # raises it where a hook starts (ddnumba.native._HeldCtrlC).
+    # - timed: SIGINT at four moments of a runaway loop: each run() raises
+    #   KeyboardInterrupt, and the dataflow then refuses to run
+    # - in_loop: SIGINT during a call back inside the loop: raised at the next one
+    # - completed: SIGINT during a run's last call back: the run completes, then
+    #   raises; the dataflow goes on, with every update taken once
+    import json
+    import subprocess
+    import sys
+    script = tmp_path / "callbacks.py"
+    script.write_text(_CTRL_C_IN_CALLBACKS)
+    proc = subprocess.run([sys.executable, str(script), loops], capture_output=True,
+                          text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["timed"] == [["interrupted", "refused"]] * 4, out
+    assert out["in_loop"] == ["interrupted", "refused"], out
+    assert out["completed"] == "Ctrl-C during run(); the run completed first", out
+    assert out["after"] == [[1, 2, 4, 1234567], [1, 1, 1, 1]], out
+    assert out["handler_back"] is True
+
+
+def test_the_held_ctrl_c_handler_is_installed_only_over_the_default():
+    # Inside a run the SIGINT handler is the engine's (it only records), and the
+    # default one is back afterwards; a handler of the user's (here SIG_IGN) is left
+    # alone; a run in another thread (where Python handles no signals) installs none.
+    import signal
+    import threading
+    seen = []
+
+    def look(k):
+        if isinstance(k, np.ndarray) and (np.abs(k) == 1234567).any():
+            seen.append(signal.getsignal(signal.SIGINT))    # (a run's call, no probe)
+        return np.abs(k)
+
+    def run_one():
+        df = dd.Dataflow(engine="native")
+        ci, c = df.new_input(["k"])
+        c.map(look).capture()
+        ci.insert([-1, 2, 1234567], time=0)
+        ci.close()
+        seen.clear()
+        df.run()
+        return list(seen)
+
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    inside = run_one()
+    assert inside and all(getattr(h, "__self__", None).__class__.__name__ == "_HeldCtrlC"
+                          for h in inside), inside
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        assert set(run_one()) == {signal.SIG_IGN}
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, old)
+    res = []
+    th = threading.Thread(target=lambda: res.append(run_one()))
+    th.start()
+    th.join()
+    assert res and set(res[0]) == {signal.default_int_handler}
 
 
 @pytest.mark.parametrize("loops", ["sequential", "rounds"])
