@@ -108,19 +108,26 @@ class _HeldCtrlC:
     Inside the ``with`` block this handler only records the interrupt. The hooks
     (:meth:`NativeDataflow._batch_cb` and the others), entered with their arguments
     boxed, raise it as KeyboardInterrupt; a run that ends before calling a hook
-    reports it when it returns (``hit``). It takes over only from Python's default
-    handler, and only in the main thread (the only one that handles signals).
+    reports it when it returns (``hit``). While a hook runs a user function
+    (``in_user``) the handler raises at once, as the default one does, so that a slow
+    or endless user function is stopped where it is. It takes over only from Python's
+    default handler, and only in the main thread (the only one that handles signals).
     """
 
     def __init__(self):
         self.hit = False
+        self.in_user = False
         self._prev = None
 
     def _handler(self, signum, frame):
+        if self.in_user:
+            self.in_user = False
+            raise KeyboardInterrupt
         self.hit = True
 
     def __enter__(self):
         self.hit = False
+        self.in_user = False
         self._prev = None
         try:
             if _sig.getsignal(_sig.SIGINT) is _sig.default_int_handler:
@@ -1106,11 +1113,16 @@ class NativeEngine:
 
     # ------------------------------------------------------------------ callbacks
     def _batch_cb(self, n, data, times, diffs):
-        self._ctrl_c.check()
+        held = self._ctrl_c
+        held.check()
         node = self.callbacks[n]
         root = self.root_scope[n] < 0
         u = Updates(data, np.ascontiguousarray(times[:, :1]) if root else times, diffs)
-        out = node.apply(u)
+        held.in_user = True
+        try:
+            out = node.apply(u)
+        finally:
+            held.in_user = False
         t = out.times
         if root:
             t2 = np.zeros((len(out), 2), _I64)
@@ -1121,9 +1133,14 @@ class NativeEngine:
                 np.ascontiguousarray(out.diffs, dtype=_I64))
 
     def _logic_cb(self, n, mom_offs, acc_vals, acc_counts):
-        self._ctrl_c.check()
+        held = self._ctrl_c
+        held.check()
         node = self.logic[n]
-        offs, vals, counts = node.logic(mom_offs, acc_vals, acc_counts)
+        held.in_user = True
+        try:
+            offs, vals, counts = node.logic(mom_offs, acc_vals, acc_counts)
+        finally:
+            held.in_user = False
         return (np.ascontiguousarray(offs, dtype=_I64),
                 np.ascontiguousarray(vals, dtype=_I64).reshape(len(counts), node.ow),
                 np.ascontiguousarray(counts, dtype=_I64))

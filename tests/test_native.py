@@ -1867,7 +1867,7 @@ def test_runaway_loop_stops_on_ctrl_c(tmp_path, loops):
 
 
 _CTRL_C_IN_CALLBACKS = """
-import json, os, signal, sys, threading, warnings
+import json, os, signal, sys, threading, time, warnings
 import numpy as np
 import ddnumba as dd
 from ddnumba.operators.iterate import IterationLimitError
@@ -1880,12 +1880,15 @@ armed = [False]
 MARK = 1234567           # (a key the map's build-time probes do not make up)
 
 
-def poke(k):
+def slow(k):
     # a Python map (a call back from compiled code with arrays); once armed, it sends
-    # this process SIGINT, which Python handles during the call
+    # this process SIGINT, then waits in Python: the interrupt must stop it there
     if armed[0] and isinstance(k, np.ndarray) and (np.abs(k) == MARK).any():
         armed[0] = False
         os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(600):
+            time.sleep(0.1)
+        out["slept"] = True
     return np.abs(k)
 
 
@@ -1926,25 +1929,58 @@ for delay in (0.2, 0.45, 0.7, 0.95):
     df = runaway(None)
     threading.Timer(delay, signal.pthread_kill, (main, signal.SIGINT)).start()
     out["timed"].append(outcome(df))
-# 2. SIGINT during a call back inside the loop: raised at the next call back
-df = runaway(None, poke)
-armed[0] = True
+# 2. SIGINT just after a call back inside the loop returned (as if it came while
+# compiled code ran): held, and raised at the next call back
+from ddnumba.native import compile_dataflow
+df = runaway(None)
+df._native = nat = compile_dataflow(df, "native")
+calls = []
+
+
+def batch_then_signal(*args):
+    calls.append(1)
+    res = nat._batch_cb(*args)
+    if len(calls) == 3:
+        os.kill(os.getpid(), signal.SIGINT)   # (handled here, after the call back)
+    return res
+
+
+nat._hooks = (batch_then_signal,) + nat._hooks[1:]
 out["in_loop"] = outcome(df)
-# 3. SIGINT during the last call back of a run: the run completes, then raises
+out["in_loop_calls"] = len(calls)
+# 3. SIGINT during a slow user function: raised inside it, at once
+df = runaway(None, slow)
+armed[0] = True
+t0 = time.monotonic()
+out["in_user"] = outcome(df)
+out["in_user_s"] = time.monotonic() - t0
+# 4. SIGINT while compiled code runs after a run's last call back: the run completes,
+# then raises, and the dataflow goes on
 df = dd.Dataflow(engine="native", loops=loops)
 ci, c = df.new_input(["k"])
-cap = c.map(poke).capture()
+cap = c.map(lambda k: np.abs(k)).capture()
 ci.insert([-1, 2], time=0)
 ci.advance_to(1)
 df.run()
+nat = df._native
+real = nat._run_pass
+
+
+def late(fr):
+    status = real(fr)
+    os.kill(os.getpid(), signal.SIGINT)   # (handled here, where compiled code returns)
+    return status
+
+
+nat._run_pass = late
 ci.insert([-MARK], time=1)
 ci.advance_to(2)
-armed[0] = True
 try:
     df.run()
     out["completed"] = "finished"
 except KeyboardInterrupt as e:
     out["completed"] = str(e)
+nat._run_pass = real
 try:
     ci.insert([-4], time=2)
     ci.advance_to(3)
@@ -1969,9 +2005,11 @@ def test_ctrl_c_in_a_loop_that_calls_python_is_an_interrupt(tmp_path, loops):
     # raises it where a hook starts (ddnumba.native._HeldCtrlC).
     # - timed: SIGINT at four moments of a runaway loop: each run() raises
     #   KeyboardInterrupt, and the dataflow then refuses to run
-    # - in_loop: SIGINT during a call back inside the loop: raised at the next one
-    # - completed: SIGINT during a run's last call back: the run completes, then
-    #   raises; the dataflow goes on, with every update taken once
+    # - in_loop: SIGINT handled just after a call back returned: held, and raised at
+    #   the next call back (the fourth)
+    # - in_user: SIGINT during a slow user function: raised there at once
+    # - completed: SIGINT handled after a run's last call back: the run completes,
+    #   then raises; the dataflow goes on, with every update taken once
     import json
     import subprocess
     import sys
@@ -1983,6 +2021,9 @@ def test_ctrl_c_in_a_loop_that_calls_python_is_an_interrupt(tmp_path, loops):
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["timed"] == [["interrupted", "refused"]] * 4, out
     assert out["in_loop"] == ["interrupted", "refused"], out
+    assert out["in_loop_calls"] == 4, out
+    assert out["in_user"] == ["interrupted", "refused"], out
+    assert out["in_user_s"] < 20 and "slept" not in out, out
     assert out["completed"] == "Ctrl-C during run(); the run completed first", out
     assert out["after"] == [[1, 2, 4, 1234567], [1, 1, 1, 1]], out
     assert out["handler_back"] is True
