@@ -747,6 +747,8 @@ class Dataflow:
             if self._native is None:
                 from ddnumba.native import compile_dataflow
                 self._native = compile_dataflow(self, self.engine) or False
+            if self._native:
+                self._native.prepare()     # (compiling: an interrupt loses nothing)
             try:
                 if self._native:
                     held = self._native.run()

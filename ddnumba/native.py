@@ -1173,6 +1173,31 @@ class NativeEngine:
     max_times_per_pass = 1024
     PASS_STATE_RATIO = 16
 
+    def prepare(self):
+        """Compile (or load from Numba's cache) what a run calls, before it takes any
+        input: the first run() in a process. The runtime is compiled apart from running,
+        so that only that is announced (a long compile, not a long first run), and an
+        interrupt here (Ctrl-C during minutes of compiling) loses nothing: the dataflow
+        is as it was (:meth:`Dataflow.run` calls this before the run proper)."""
+        from numba import typeof
+        if self._run_fn is _rt.run:
+            if _cold(_rt.run):
+                sig = tuple(typeof(a) for a in (self.prog, self.st, self.frontiers))
+                with _SlowNotice(COMPILE_NOTICE_S, COMPILE_NOTICE):
+                    compile_runtime(sig)
+            self._run_fn = _entry(_rt.run)
+        # (the batch types: C-contiguous and writeable, see _writeable)
+        d2, d1 = typeof(np.zeros((1, 1), _I64)), typeof(np.zeros(1, _I64))
+        if self._push_fn is _rt.push_batch and self._input_queues:
+            if _cold(_rt.push_batch):
+                q = next(iter(self._input_queues.values()))
+                _rt.push_batch.compile((typeof(q), d2, d2, d1))
+            self._push_fn = _entry(_rt.push_batch)
+        if self._take_fn is _rt.take_batches and self._capture_lists:
+            if _cold(_rt.take_batches):
+                _rt.take_batches.compile((typeof(self._capture_lists[0]), typeof(1)))
+            self._take_fn = _entry(_rt.take_batches)
+
     def run(self):
         df = self.df
         queues = self._input_queues
@@ -1202,15 +1227,7 @@ class NativeEngine:
                 if len(times) > share:
                     c = max(c, int(len(ts) * share // len(times)))
                     passes = [np.minimum(self.frontiers, b) for b in ts[c::c]] + passes
-        if self._run_fn is _rt.run:
-            if _cold(_rt.run):
-                # compile (or load) apart from running, so that only that is announced,
-                # not a long first run (and Ctrl-C stops it as usual)
-                from numba import typeof
-                sig = tuple(typeof(a) for a in (self.prog, self.st, passes[0]))
-                with _SlowNotice(COMPILE_NOTICE_S, COMPILE_NOTICE):
-                    compile_runtime(sig)
-            self._run_fn = _entry(_rt.run)
+        self.prepare()
         saved = _rt._HOOKS[:]
         _rt.set_hooks(*self._hooks)
         try:

@@ -2112,6 +2112,50 @@ def test_an_interrupt_while_the_engine_is_built_loses_nothing(monkeypatch, loops
     assert _as_set(cap, 2) == {(0,), (1,), (2,), (3,)}
 
 
+@pytest.mark.parametrize("loops", ["sequential", "rounds"])
+def test_an_interrupt_while_the_runtime_compiles_loses_nothing(monkeypatch, loops):
+    # Ctrl-C while the first run() compiles (or loads) the runtime, minutes on a cold
+    # cache where a user may think it hung, comes before the run takes any input: the
+    # dataflow has not failed, and the next run() takes every update exactly once.
+    # The compile also covers the calls that feed inputs and read captures, with the
+    # types the runs then use (one signature each).
+    import ddnumba.native as nat
+    from ddnumba.kernels import runtime as rt
+    real = nat.compile_runtime
+    calls = []
+
+    def interrupted(sig):
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return real(sig)
+
+    monkeypatch.setattr(nat, "compile_runtime", interrupted)
+    monkeypatch.setattr(nat, "_cold", lambda dispatcher: True)   # (as in a new process)
+    df = _native_df(loops=loops)
+    ri, roots = df.new_input(["node"])
+    ei, edges = df.new_input(["src", "dst"])
+    cap = reach(roots, edges).capture()
+    ri.insert([0], time=0)
+    ei.insert([0, 1, 2], [1, 2, 3], time=0)
+    ei.remove([1], [2], time=1)
+    ri.advance_to(2)
+    ei.advance_to(2)
+    with pytest.raises(KeyboardInterrupt):
+        df.run()
+    assert df._failed is None and len(calls) == 1
+    df.run()
+    assert len(calls) == 2
+    assert _as_set(cap, 0) == {(0,), (1,), (2,), (3,)}
+    assert _as_set(cap, 1) == {(0,), (1,)}
+    ei.insert([1], [2], time=2)
+    ri.advance_to(3)
+    ei.advance_to(3)
+    df.run()
+    assert _as_set(cap, 2) == {(0,), (1,), (2,), (3,)}
+    assert len(rt.push_batch.signatures) == 1 and len(rt.take_batches.signatures) == 1
+
+
 @pytest.mark.parametrize("engine", ["python", "native", "auto"])
 def test_a_loop_whose_build_raised_leaves_nothing_behind(engine):
     # A loop body with a mistake (and one whose nested loop has it) raises while
