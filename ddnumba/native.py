@@ -106,7 +106,7 @@ class _HeldCtrlC:
     kills the process (seen in round-wise loops with a Python ``map``).
 
     Inside the ``with`` block this handler only records the interrupt. The hooks
-    (:meth:`NativeDataflow._batch_cb` and the others), entered with their arguments
+    (:meth:`NativeEngine._batch_cb` and the others), entered with their arguments
     boxed, raise it as KeyboardInterrupt; a run that ends before calling a hook
     reports it when it returns (``hit``). While a hook runs a user function
     (``in_user``) the handler raises at once, as the default one does, so that a slow
