@@ -1085,6 +1085,7 @@ class NativeEngine:
         self._run_fn = _rt.run
         self._take_fn = _rt.take_batches
         self._push_fn = _rt.push_batch
+        self._prepared = False        # (see prepare)
 
     def _state_widths(self, order, kind, prm, scope_of, n_loops):
         """The key and value widths of every hashed state: per loop the widest of its
@@ -1179,6 +1180,8 @@ class NativeEngine:
         so that only that is announced (a long compile, not a long first run), and an
         interrupt here (Ctrl-C during minutes of compiling) loses nothing: the dataflow
         is as it was (:meth:`Dataflow.run` calls this before the run proper)."""
+        if self._prepared:
+            return
         from numba import typeof
         if self._run_fn is _rt.run:
             if _cold(_rt.run):
@@ -1197,8 +1200,10 @@ class NativeEngine:
             if _cold(_rt.take_batches):
                 _rt.take_batches.compile((typeof(self._capture_lists[0]), typeof(1)))
             self._take_fn = _entry(_rt.take_batches)
+        self._prepared = True
 
     def run(self):
+        self.prepare()
         df = self.df
         queues = self._input_queues
         new_times = []
@@ -1227,7 +1232,6 @@ class NativeEngine:
                 if len(times) > share:
                     c = max(c, int(len(ts) * share // len(times)))
                     passes = [np.minimum(self.frontiers, b) for b in ts[c::c]] + passes
-        self.prepare()
         saved = _rt._HOOKS[:]
         _rt.set_hooks(*self._hooks)
         try:
