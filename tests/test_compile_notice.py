@@ -56,6 +56,7 @@ def test_the_engine_announces_only_a_cold_runtime(monkeypatch):
     monkeypatch.setattr(N, "_cold", lambda d: True)
     monkeypatch.setattr(N, "_SlowNotice", Recorder)
     df._native._run_fn = _rt.run
+    df._native._prepared = False
     inp.insert(np.arange(3), time=1)
     inp.advance_to(2)
     df.run()
