@@ -2070,6 +2070,35 @@ def test_the_held_ctrl_c_handler_is_installed_only_over_the_default():
     assert res and set(res[0]) == {signal.default_int_handler}
 
 
+def _reach_interrupted_once(loops):
+    """A reachability dataflow given two times of input, whose first run() raises
+    KeyboardInterrupt (the caller arranges it): ``(df, roots, edges, capture)``."""
+    df = _native_df(loops=loops)
+    ri, roots = df.new_input(["node"])
+    ei, edges = df.new_input(["src", "dst"])
+    cap = reach(roots, edges).capture()
+    ri.insert([0], time=0)
+    ei.insert([0, 1, 2], [1, 2, 3], time=0)
+    ei.remove([1], [2], time=1)
+    ri.advance_to(2)
+    ei.advance_to(2)
+    with pytest.raises(KeyboardInterrupt):
+        df.run()
+    return df, ri, ei, cap
+
+
+def _check_reach_goes_on(df, cap, ri, ei):
+    """After the run that followed the interrupt: every update taken exactly once, and
+    a later run right too."""
+    assert _as_set(cap, 0) == {(0,), (1,), (2,), (3,)}
+    assert _as_set(cap, 1) == {(0,), (1,)}
+    ei.insert([1], [2], time=2)
+    ri.advance_to(3)
+    ei.advance_to(3)
+    df.run()
+    assert _as_set(cap, 2) == {(0,), (1,), (2,), (3,)}
+
+
 @pytest.mark.parametrize("loops", ["sequential", "rounds"])
 def test_an_interrupt_while_the_engine_is_built_loses_nothing(monkeypatch, loops):
     # Ctrl-C during the first run()'s build of the native engine (where a cold cache
@@ -2088,28 +2117,12 @@ def test_an_interrupt_while_the_engine_is_built_loses_nothing(monkeypatch, loops
         return real(*args)
 
     monkeypatch.setattr(rt, "new_state", interrupted)
-    df = _native_df(loops=loops)
-    ri, roots = df.new_input(["node"])
-    ei, edges = df.new_input(["src", "dst"])
-    cap = reach(roots, edges).capture()
-    ri.insert([0], time=0)
-    ei.insert([0, 1, 2], [1, 2, 3], time=0)
-    ei.remove([1], [2], time=1)
-    ri.advance_to(2)
-    ei.advance_to(2)
-    with pytest.raises(KeyboardInterrupt):
-        df.run()
+    df, ri, ei, cap = _reach_interrupted_once(loops)
     assert df._native is None and len(calls) == 1
     df.run()
     assert isinstance(df._native, NativeEngine) and len(calls) == 2
     assert df._native.sequential == [loops == "sequential"]
-    assert _as_set(cap, 0) == {(0,), (1,), (2,), (3,)}
-    assert _as_set(cap, 1) == {(0,), (1,)}
-    ei.insert([1], [2], time=2)
-    ri.advance_to(3)
-    ei.advance_to(3)
-    df.run()
-    assert _as_set(cap, 2) == {(0,), (1,), (2,), (3,)}
+    _check_reach_goes_on(df, cap, ri, ei)
 
 
 @pytest.mark.parametrize("loops", ["sequential", "rounds"])
@@ -2132,27 +2145,11 @@ def test_an_interrupt_while_the_runtime_compiles_loses_nothing(monkeypatch, loop
 
     monkeypatch.setattr(nat, "compile_runtime", interrupted)
     monkeypatch.setattr(nat, "_cold", lambda dispatcher: True)   # (as in a new process)
-    df = _native_df(loops=loops)
-    ri, roots = df.new_input(["node"])
-    ei, edges = df.new_input(["src", "dst"])
-    cap = reach(roots, edges).capture()
-    ri.insert([0], time=0)
-    ei.insert([0, 1, 2], [1, 2, 3], time=0)
-    ei.remove([1], [2], time=1)
-    ri.advance_to(2)
-    ei.advance_to(2)
-    with pytest.raises(KeyboardInterrupt):
-        df.run()
+    df, ri, ei, cap = _reach_interrupted_once(loops)
     assert df._failed is None and len(calls) == 1
     df.run()
     assert len(calls) == 2
-    assert _as_set(cap, 0) == {(0,), (1,), (2,), (3,)}
-    assert _as_set(cap, 1) == {(0,), (1,)}
-    ei.insert([1], [2], time=2)
-    ri.advance_to(3)
-    ei.advance_to(3)
-    df.run()
-    assert _as_set(cap, 2) == {(0,), (1,), (2,), (3,)}
+    _check_reach_goes_on(df, cap, ri, ei)
     assert len(rt.push_batch.signatures) == 1 and len(rt.take_batches.signatures) == 1
 
 
