@@ -1216,8 +1216,6 @@ class NativeEngine:
                 # Batches are never written to, but the compiled code's batch type is
                 # writeable (Arrow zero-copy columns are read-only): copy those.
                 self._push_fn(queues[i], _writeable(u.data), t, _writeable(u.diffs))
-                if self._push_fn is _rt.push_batch:
-                    self._push_fn = _entry(_rt.push_batch)
             f = h.frontier
             self.frontiers[i] = _INF if (h.closed or len(f) == 0) else f[0, 0]
         passes = [self.frontiers]
@@ -1285,8 +1283,6 @@ class NativeEngine:
                 # New updates reached the capture since the last run.
                 self._cap_seen[idx] = self.st[10][i, 1]
                 d, t, f = self._take_fn(self._capture_lists[idx], node.arity)
-                if self._take_fn is _rt.take_batches:
-                    self._take_fn = _entry(_rt.take_batches)
                 if len(f):
                     node.add(Updates(d, np.ascontiguousarray(t[:, :1]), f))
             self._set_frontier(node, nf[i])

@@ -2151,6 +2151,11 @@ def test_an_interrupt_while_the_runtime_compiles_loses_nothing(monkeypatch, loop
     assert len(calls) == 2
     _check_reach_goes_on(df, cap, ri, ei)
     assert len(rt.push_batch.signatures) == 1 and len(rt.take_batches.signatures) == 1
+    # ... and runs call their entry points, not the dispatchers (which resolve the
+    # argument types on every call)
+    eng = df._native
+    assert eng._push_fn is not rt.push_batch and eng._take_fn is not rt.take_batches
+    assert eng._run_fn is not rt.run
 
 
 @pytest.mark.parametrize("engine", ["python", "native", "auto"])
