@@ -11,8 +11,23 @@ process and in this order, so that the load's peak memory is the process's:
 2. ``--small`` nodes (default 1,000): ``B=1`` (the p50 latency of a run) and
    ``B=1000``, checked the same way.
 3. The sustained run at ``--small`` nodes: ``--sustained`` single changes (default
-   1,000,000) from a fresh load; the p99 of the last 1,000 runs before 1,000 changes
-   and before the end, and the state's records at both points.
+   1,000,000) from a fresh load, then ``--pairs`` (default 5) interleaved pairs: a
+   fresh session's first 1,000 single changes (a state after 1e3 changes), then 1,000
+   more changes of the long session (a state after ``--sustained``). The target's
+   ratio is the p99 of the long session's pooled runs over that of the fresh ones,
+   and the state's records at the end over those after 1,000 changes. The ratio of
+   the long run alone (its last 1,000 runs before the pairs over its first 1,000) is
+   printed beside it, as measured before the fifty-second session.
+
+   Why pairs: the machine's speed drifts within a sitting. In one sitting (fifty-second
+   session) fresh sessions' first 1,000 runs had a p99 of 1.10-1.14 ms before a 1e6
+   run and 0.59-0.66 ms after it, and the p99 of the run's own 1,000-run windows ranged
+   0.47-1.57 ms. So the long run alone (one window at the start against one at the
+   end, minutes apart, each p99 the tenth-slowest of 1,000 runs) read 0.60-1.27 over
+   five sittings of the same code (and 1.53 and 1.78 in earlier sessions), while five
+   interleaved pairs read 1.04-1.16 over three (ten pairs: 1.07-1.18). Interleaved,
+   both sides see the same stretch of the machine; pooled, each p99 is the
+   50th-slowest of 5,000 runs.
 4. ``--touch`` MiB (default 512) of fresh memory written once
    (:func:`ddnumba.benchfloor.first_touch`), when the process has long been small: what
    backing a page costs in this sitting. A load's system CPU time (printed beside its
@@ -41,8 +56,8 @@ import resource
 import sys
 import time
 
-__all__ = ["TARGETS", "FLAT_RATIO", "measure", "evaluate", "report", "add_parser",
-           "main"]
+__all__ = ["TARGETS", "FLAT_RATIO", "PAIRS", "measure", "sustained_runs", "evaluate",
+           "report", "add_parser", "main"]
 
 FLAT_RATIO = 1.5
 
@@ -65,6 +80,8 @@ TARGETS = (
 )
 
 DEFAULTS = {"large": 1_000_000, "small": 1000, "sustained": 1_000_000}
+#: interleaved pairs of 1,000 runs after the sustained run (module docstring, 3.)
+PAIRS = 5
 
 
 def _peak_rss_gib():
@@ -105,17 +122,53 @@ def _segments(side, n, single, runs, figs, checks, progress):
         figs[f"{side}_{key}_p50_ms"] = seg["p50_ms"]
 
 
+def sustained_runs(n, changes, pairs, *, progress=False):
+    """The sustained run (module docstring, 3.): ``changes`` single changes on a
+    fresh ``n``-node session, then ``pairs`` times a fresh session's first 1,000
+    single changes followed by 1,000 more of the long session. Returns the
+    latencies (s per run): ``first`` and ``last`` (the long run's first 1,000 and its
+    last 1,000 before the pairs), ``fresh`` and ``long`` (a list of 1,000 per pair
+    each); the state's records after 1,000 changes and after ``changes``
+    (``records_first``, ``records_end``); and ``check``, the long session's answer
+    at the end against scipy BFS."""
+    from .bench import ReachSession
+    b = 1000
+    s = ReachSession(n, changes + pairs * b)
+    try:
+        s.load()
+        r = s.feed(1, changes, progress=progress, checkpoints=(b, changes))
+        (first, rec0), (last, rec1) = r["marks"][b], r["marks"][changes]
+        fresh, long = [], []
+        for _ in range(pairs):
+            y = ReachSession(n, b)
+            try:
+                y.load()
+                fresh.append(y.feed(1, b)["latencies"])
+            finally:
+                y.close()
+            long.append(s.feed(1, b)["latencies"])
+        check = s.recompute()[1]
+    finally:
+        s.close()
+    return {"first": first, "last": last, "fresh": fresh, "long": long,
+            "records_first": rec0, "records_end": rec1, "check": check}
+
+
 def measure(large=DEFAULTS["large"], small=DEFAULTS["small"],
-            sustained=DEFAULTS["sustained"], *, large_single=200, runs=20,
-            small_single=1000, touch_mib=512.0, progress=False):
+            sustained=DEFAULTS["sustained"], *, pairs=PAIRS,
+            large_single=200, runs=20, small_single=1000, touch_mib=512.0,
+            progress=False):
     """Run the targets' workloads (module docstring) and return their figures: a dict
     of the keys :data:`TARGETS` reads, the recompute times (``*_recompute_ms``),
-    the p99s and records at both sustained checkpoints, the load's user and system CPU
-    seconds, what a first write to fresh memory costs here (``touch_*``, from
+    the sustained p99s (``sustained_p99_first_ms`` and ``_end_ms``: the pooled
+    pairs; ``sustained_p99_alone_*``: the long run alone) and records, the load's
+    user and system CPU seconds, what a first write to fresh memory costs here (``touch_*``, from
     :func:`ddnumba.benchfloor.first_touch` over ``touch_mib`` MiB at the end, when the
     process has long been small; 0: not measured), and ``checks``: the answer of every
     segment against scipy BFS (``{segment: bool}``)."""
-    from .bench import _latency_figures, run_reach
+    import numpy as np
+
+    from .bench import _latency_figures
     if sustained < 1000:
         raise ValueError(f"targets: the sustained run needs at least 1,000 changes, "
                          f"not {sustained}")
@@ -123,18 +176,23 @@ def measure(large=DEFAULTS["large"], small=DEFAULTS["small"],
     for side, n, single in (("large", large, large_single),
                             ("small", small, small_single)):
         _segments(side, n, single, runs, figs, checks, progress)
-    _say(f"N={small:,}: {sustained:,} single changes (sustained latency)")
-    marks = (1000, sustained)
-    r = run_reach(small, 1, sustained, recompute=True, progress=progress,
-                  checkpoints=marks)
+    _say(f"N={small:,}: {sustained:,} single changes (sustained latency), then "
+         f"{pairs} interleaved pairs of 1,000 against fresh sessions")
+    r = sustained_runs(small, sustained, pairs, progress=progress)
     checks[f"N={small} sustained"] = r["check"]
-    (lat0, rec0), (lat1, rec1) = r["marks"][marks[0]], r["marks"][marks[1]]
-    figs["sustained_p99_first_ms"] = _latency_figures(lat0, 1)["p99_ms"]
-    figs["sustained_p99_end_ms"] = _latency_figures(lat1, 1)["p99_ms"]
-    figs["sustained_records_first"] = int(rec0)
-    figs["sustained_records_end"] = int(rec1)
+    p99 = lambda lat: _latency_figures(np.concatenate(lat), 1)["p99_ms"]  # noqa: E731
+    figs["sustained_pairs"] = pairs
+    figs["sustained_p99_first_ms"] = p99(r["fresh"])
+    figs["sustained_p99_end_ms"] = p99(r["long"])
     figs["sustained_p99_ratio"] = (figs["sustained_p99_end_ms"]
                                    / figs["sustained_p99_first_ms"])
+    figs["sustained_p99_alone_first_ms"] = p99([r["first"]])
+    figs["sustained_p99_alone_end_ms"] = p99([r["last"]])
+    figs["sustained_p99_alone_ratio"] = (figs["sustained_p99_alone_end_ms"]
+                                         / figs["sustained_p99_alone_first_ms"])
+    rec0, rec1 = r["records_first"], r["records_end"]
+    figs["sustained_records_first"] = int(rec0)
+    figs["sustained_records_end"] = int(rec1)
     figs["sustained_records_ratio"] = rec1 / max(rec0, 1)
     if touch_mib > 0:
         from .benchfloor import first_touch
@@ -200,9 +258,13 @@ def report(figs, *, sizes=None, out=None):
                      f"just freed (the system time is mostly first writes)")
         print(line, file=out)
     if "sustained_p99_first_ms" in figs:
-        print(f"sustained: p99 {figs['sustained_p99_first_ms']:.3f} ms after 1,000 "
-              f"changes, {figs['sustained_p99_end_ms']:.3f} ms after "
-              f"{sizes['sustained']:,}; state records "
+        k = figs.get("sustained_pairs", PAIRS)
+        print(f"sustained: p99 {figs['sustained_p99_first_ms']:.3f} ms over {k} fresh "
+              f"sessions' first 1,000 changes, {figs['sustained_p99_end_ms']:.3f} ms over "
+              f"{k} x 1,000 changes after {sizes['sustained']:,}, interleaved; the long "
+              f"run alone: {figs['sustained_p99_alone_first_ms']:.3f} ms (its first "
+              f"1,000) -> {figs['sustained_p99_alone_end_ms']:.3f} ms (its last 1,000), "
+              f"{figs['sustained_p99_alone_ratio']:.3g}x; state records "
               f"{figs['sustained_records_first']:,} and "
               f"{figs['sustained_records_end']:,}", file=out)
     wrong = [k for k, ok in checks.items() if not ok]
@@ -226,6 +288,9 @@ def add_parser(sub):
     t.add_argument("--sustained", type=int, default=DEFAULTS["sustained"],
                    help="single changes of the sustained run (the targets: 1,000,000)")
     t.add_argument("--runs", type=int, default=20, help="runs of 1,000 changes per size")
+    t.add_argument("--pairs", type=int, default=PAIRS,
+                   help="interleaved pairs of 1,000 single changes, fresh and long "
+                        "session, after the sustained run")
     t.add_argument("--touch", type=float, default=512.0,
                    help="MiB of fresh memory to time a first write over, at the end "
                         "(0: none)")
@@ -236,7 +301,7 @@ def add_parser(sub):
 
 
 def main(args):
-    for name in ("large", "small", "sustained", "runs"):
+    for name in ("large", "small", "sustained", "runs", "pairs"):
         if getattr(args, name) < 1:
             raise SystemExit(f"targets: --{name} must be positive")
     if not (math.isfinite(args.touch) and args.touch >= 0):
@@ -245,8 +310,8 @@ def main(args):
     sizes = {"large": args.large, "small": args.small, "sustained": args.sustained}
     t0 = time.perf_counter()
     try:
-        figs = measure(args.large, args.small, args.sustained, runs=args.runs,
-                       touch_mib=args.touch, progress=args.progress)
+        figs = measure(args.large, args.small, args.sustained, pairs=args.pairs,
+                       runs=args.runs, touch_mib=args.touch, progress=args.progress)
     except ValueError as e:
         raise SystemExit(str(e))
     right, met = report(figs, sizes=sizes)

@@ -103,6 +103,7 @@ def test_main_exits_1_on_a_wrong_answer_and_on_a_miss_only_when_strict(monkeypat
     (["--runs", "0"], "--runs must be positive"),
     (["--large", "-5"], "--large must be positive"),
     (["--sustained", "999"], "at least 1,000 changes"),
+    (["--pairs", "0"], "--pairs must be positive"),
     (["--touch", "-1"], "--touch must be a size in MiB"),
     (["--touch", "nan"], "--touch must be a size in MiB"),
     (["--touch", "inf"], "--touch must be a size in MiB"),
@@ -119,7 +120,7 @@ def test_a_small_sitting_measures_every_figure_and_checks_every_answer(tmp_path,
     them."""
     path = tmp_path / "t.json"
     bench.main(["targets", "--large", "2000", "--small", "200", "--sustained", "2000",
-                "--runs", "2", "--touch", "8", "--json", str(path)])
+                "--runs", "2", "--pairs", "2", "--touch", "8", "--json", str(path)])
     out = capsys.readouterr().out
     assert "all 3 segments match scipy BFS" in out
     assert "note: not the targets' workload sizes" in out
@@ -130,6 +131,10 @@ def test_a_small_sitting_measures_every_figure_and_checks_every_answer(tmp_path,
     assert [t["met"] is not None for t in doc["targets"]] == [True] * 8
     assert figs["sustained_p99_ratio"] == pytest.approx(
         figs["sustained_p99_end_ms"] / figs["sustained_p99_first_ms"])
+    assert figs["sustained_pairs"] == 2
+    assert figs["sustained_p99_alone_ratio"] == pytest.approx(
+        figs["sustained_p99_alone_end_ms"] / figs["sustained_p99_alone_first_ms"])
+    assert "2 fresh sessions' first 1,000 changes" in out and "the long run alone" in out
     assert figs["sustained_records_ratio"] == pytest.approx(
         figs["sustained_records_end"] / figs["sustained_records_first"])
     assert 0 < figs["load_peak_gib"] < 24 and figs["load_s"] > 0
@@ -146,28 +151,84 @@ def test_a_small_sitting_measures_every_figure_and_checks_every_answer(tmp_path,
         assert figs[f"{side}_recompute_ms"] > 0
 
 
-def test_the_sustained_figures_come_from_their_own_checkpoints(monkeypatch):
-    """The p99s and records are those of the first checkpoint (1,000 changes) and of
-    the last (``sustained``), not swapped or mixed: a fake sustained run whose two
-    checkpoints differ in every figure."""
+def test_the_sustained_figures_come_from_their_own_runs(monkeypatch):
+    """The target's p99s are those of the pooled interleaved runs (fresh sessions'
+    first 1,000 against the long session's end), the long run alone's are its first
+    and last 1,000, and the records those of its two checkpoints: not swapped or
+    mixed. A fake sustained run whose parts differ in every figure."""
     import numpy as np
     first = np.linspace(0.001, 0.002, 1000)         # p99 ~1.99 ms
-    end = np.linspace(0.003, 0.007, 1000)           # p99 ~6.96 ms
+    last = np.linspace(0.003, 0.007, 1000)          # p99 ~6.96 ms
+    fresh = [np.linspace(0.0005, 0.001, 1000), np.linspace(0.0005, 0.003, 1000)]
+    long = [np.linspace(0.002, 0.004, 1000), np.linspace(0.001, 0.002, 1000)]
     calls = []
 
-    def fake_run_reach(n, batch, changes, **kw):
-        calls.append((n, batch, changes, tuple(kw["checkpoints"])))
-        return {"check": True, "marks": {1000: (first, 400), 5000: (end, 500)}}
+    def fake_sustained_runs(n, changes, pairs, **kw):
+        calls.append((n, changes, pairs))
+        return {"first": first, "last": last, "fresh": fresh, "long": long,
+                "records_first": 400, "records_end": 500, "check": True}
 
-    monkeypatch.setattr(bench, "run_reach", fake_run_reach)
-    figs = bt.measure(300, 100, 5000, runs=1, large_single=10, small_single=10,
-                      touch_mib=0)
+    monkeypatch.setattr(bt, "sustained_runs", fake_sustained_runs)
+    figs = bt.measure(300, 100, 5000, pairs=2, runs=1, large_single=10,
+                      small_single=10, touch_mib=0)
     assert "touch_fresh_s_per_gib" not in figs
-    assert calls == [(100, 1, 5000, (1000, 5000))]
-    assert figs["sustained_p99_first_ms"] == pytest.approx(np.percentile(first, 99) * 1e3)
-    assert figs["sustained_p99_end_ms"] == pytest.approx(np.percentile(end, 99) * 1e3)
-    assert figs["sustained_p99_ratio"] == pytest.approx(
-        np.percentile(end, 99) / np.percentile(first, 99))
+    assert calls == [(100, 5000, 2)]
+    p99 = lambda *a: np.percentile(np.concatenate(a), 99) * 1e3  # noqa: E731
+    assert figs["sustained_p99_first_ms"] == pytest.approx(p99(*fresh))
+    assert figs["sustained_p99_end_ms"] == pytest.approx(p99(*long))
+    assert figs["sustained_p99_ratio"] == pytest.approx(p99(*long) / p99(*fresh))
+    assert figs["sustained_p99_alone_first_ms"] == pytest.approx(p99(first))
+    assert figs["sustained_p99_alone_end_ms"] == pytest.approx(p99(last))
+    assert figs["sustained_p99_alone_ratio"] == pytest.approx(p99(last) / p99(first))
+    assert figs["sustained_pairs"] == 2
     assert (figs["sustained_records_first"], figs["sustained_records_end"]) == (400, 500)
     assert figs["sustained_records_ratio"] == pytest.approx(1.25)
     assert len(figs["checks"]) == 3 and all(figs["checks"].values())
+
+
+def test_the_sustained_pairs_interleave_fresh_and_long_sessions(monkeypatch):
+    """``sustained_runs``: the long session runs its changes, then each pair is a fresh
+    session's first 1,000 single changes followed by 1,000 more of the long session;
+    the long session's answer is checked at the end, and every session is closed."""
+    events = []
+    real = bench.ReachSession
+
+    class Spy(real):
+        made = 0
+
+        def __init__(self, n, capacity, **kw):
+            super().__init__(n, capacity, **kw)
+            Spy.made += 1
+            self.name = f"S{Spy.made}"
+            events.append((self.name, "new", n, capacity))
+
+        def load(self):
+            events.append((self.name, "load"))
+            return super().load()
+
+        def feed(self, batch, changes, **kw):
+            events.append((self.name, "feed", batch, changes))
+            return super().feed(batch, changes, **kw)
+
+        def recompute(self):
+            events.append((self.name, "recompute"))
+            return super().recompute()
+
+        def close(self):
+            events.append((self.name, "close"))
+            super().close()
+
+    monkeypatch.setattr(bench, "ReachSession", Spy)
+    r = bt.sustained_runs(150, 1500, 2)
+    assert events == [
+        ("S1", "new", 150, 3500), ("S1", "load"), ("S1", "feed", 1, 1500),
+        ("S2", "new", 150, 1000), ("S2", "load"), ("S2", "feed", 1, 1000),
+        ("S2", "close"), ("S1", "feed", 1, 1000),
+        ("S3", "new", 150, 1000), ("S3", "load"), ("S3", "feed", 1, 1000),
+        ("S3", "close"), ("S1", "feed", 1, 1000),
+        ("S1", "recompute"), ("S1", "close")]
+    assert r["check"] is True
+    assert [len(x) for x in r["fresh"]] == [len(x) for x in r["long"]] == [1000, 1000]
+    assert len(r["first"]) == len(r["last"]) == 1000
+    assert not any(r["first"] is x or r["last"] is x for x in r["long"])
+    assert r["records_first"] > 0 and r["records_end"] > 0
