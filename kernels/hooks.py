@@ -26,7 +26,7 @@ import numpy as np
 from numba import cfunc, njit, objmode, types
 
 __all__ = ["set_hooks", "alloc2d", "HUGE_BYTES", "LINE_BYTES", "trim_heap", "release_rows",
-           "use_huge_pages", "huge_pages_in_use"]
+           "RELEASES_PAGES", "use_huge_pages", "huge_pages_in_use"]
 
 #: from this size on, NumPy marks an allocation for transparent huge pages (its
 #: threshold), so :func:`alloc2d` hands such allocations to it
@@ -78,9 +78,10 @@ def _cb_warn(loop, k):
 # A loop without an iteration limit calls the warning hook once it reaches WARN_AT
 # iterations (the hook warns, once per loop), then every CHECK_EVERY iterations more:
 # compiled code never lets Python handle a signal, and these calls are where a
-# Ctrl-C pending since gets raised (as KeyboardInterrupt, out of the run), so that a
-# loop that does not converge can be stopped. info[INFO_CHECKED] is the iteration
-# of the last call; info[3] has a bit per loop that has warned.
+# Ctrl-C held since is raised (ddnumba.native holds it until a hook runs; it comes out
+# of the run as KeyboardInterrupt), so that a loop that does not converge can be
+# stopped. info[INFO_CHECKED] is the iteration of the last call; info[3] has a bit
+# per loop that has warned.
 WARN_AT = 10_000
 CHECK_EVERY = 1024
 INFO_CHECKED = 7
@@ -153,19 +154,13 @@ def _find_malloc_trim():
     return _libc_function("malloc_trim", [ctypes.c_size_t])
 
 
-def _find_madvise():
-    """``madvise`` on Linux, where ``MADV_DONTNEED`` frees anonymous pages at once (and
-    they read as zeros afterwards), or None."""
-    import ctypes
-    import sys
-    if not sys.platform.startswith("linux"):
-        return None
-    return _libc_function("madvise", [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int])
-
-
 _MALLOC_TRIM = _find_malloc_trim()
-_MADVISE = _find_madvise()
+#: whether :func:`release_rows` gives pages back: on Linux, where ``MADV_DONTNEED``
+#: frees anonymous pages at once (and they read as zeros afterwards)
+RELEASES_PAGES = sys.platform.startswith("linux")
 _MADV_DONTNEED = 4
+_LIBC_MADVISE = types.ExternalFunction("madvise",
+                                       types.intc(types.uintp, types.uintp, types.intc))
 #: pages are released in whole aligned units of this size (a transparent huge page,
 #: so that releasing part of an array never splits one)
 RELEASE_ALIGN = 1 << 21
@@ -193,20 +188,7 @@ def trim_heap():
         _py_trim()
 
 
-def _py_release(arr, r0, r1):
-    if _MADVISE is None:
-        return
-    base = arr.ctypes.data
-    rb = arr.strides[0]
-    a = RELEASE_ALIGN
-    first = (base + a - 1) // a * a                 # the array's first whole unit
-    lo = max(first, (base + r0 * rb) // a * a)
-    hi = (base + r1 * rb) // a * a
-    if hi > lo:
-        _MADVISE(lo, hi - lo, _MADV_DONTNEED)
-
-
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def release_rows(arr, r0, r1):
     """Give back the memory of rows ``[r0, r1)`` of ``arr`` (C-contiguous, 1-D or 2-D)
     that are no longer needed: every aligned 2 MiB unit inside the array that ends by row
@@ -217,9 +199,21 @@ def release_rows(arr, r0, r1):
     For copying a large array into its larger replacement: releasing each part once it
     is copied keeps the two from being resident at once. Only for arrays that nothing
     else reads (the caller drops the old array right after the copy).
+
+    It calls ``madvise`` directly, not through Python (an ``objmode`` block would box
+    the array through Python code, where a pending Ctrl-C is raised and the call
+    goes wrong: see ddnumba.native's ``_HeldCtrlC``).
     """
-    with objmode():
-        _py_release(arr, r0, r1)
+    if not RELEASES_PAGES:
+        return
+    base = np.int64(arr.ctypes.data)
+    rb = np.int64(arr.strides[0])
+    a = np.int64(RELEASE_ALIGN)
+    first = (base + a - 1) // a * a                 # the array's first whole unit
+    lo = max(first, (base + r0 * rb) // a * a)
+    hi = (base + r1 * rb) // a * a
+    if hi > lo:
+        _LIBC_MADVISE(np.uint64(lo), np.uint64(hi - lo), np.int32(_MADV_DONTNEED))
 
 
 # ------------------------------------------------------------- Numba's own allocations
@@ -237,8 +231,6 @@ def release_rows(arr, r0, r1):
 # realloc and free stay the default's.
 
 _LIBC_MALLOC = types.ExternalFunction("malloc", types.uintp(types.uintp))
-_LIBC_MADVISE = types.ExternalFunction("madvise",
-                                       types.intc(types.uintp, types.uintp, types.intc))
 _MADV_HUGEPAGE = 14
 
 

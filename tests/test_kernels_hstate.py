@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from ddnumba.kernels import hstate as H
-from ddnumba.kernels.hooks import (_MADVISE, HUGE_BYTES, LINE_BYTES, RELEASE_ALIGN, alloc2d,
-                                   release_rows)
+from ddnumba.kernels.hooks import (HUGE_BYTES, LINE_BYTES, RELEASE_ALIGN, RELEASES_PAGES,
+                                   alloc2d, release_rows)
 
 # (kw, vw) of traces 1, 2, 3 (tags)
 SHAPES = {1: (1, 0), 2: (2, 1), 3: (1, 2)}
@@ -368,7 +368,7 @@ def _inner_rows(a):
     return a[-(-(lo - p) // rb):(hi - p) // rb]
 
 
-@pytest.mark.skipif(_MADVISE is None, reason="madvise (Linux) only")
+@pytest.mark.skipif(not RELEASES_PAGES, reason="madvise (Linux) only")
 def test_release_rows_zeroes_whole_units_only():
     """Released rows read as zeros, in whole aligned units inside the array; rows from
     the end of the range on are kept, and consecutive ranges leave no gaps."""
@@ -400,7 +400,7 @@ def test_move_rows_copies_every_row_and_releases_the_source():
     dst = np.zeros((n + 100, w), np.int64)
     H._move_rows(src, dst, n - 5, 70_001)
     assert (dst[: n - 5] == want).all() and not dst[n - 5:].any()
-    if _MADVISE is not None:
+    if RELEASES_PAGES:
         assert _zero_rows(src).mean() > 0.8     # given back as it was copied
 
 
@@ -418,7 +418,7 @@ def test_sequential_leave_rows_in_parts_release_the_buffer():
         d, tt, f = leave_rows(b, n, w, step)
         assert (d == want[:, 2:2 + w]).all() and (f == want[:, 1]).all()
         assert (tt[:, 0] == want[:, 2 + w]).all() and (tt[:, 1] == want[:, 0]).all()
-        if step < n and _MADVISE is not None:
+        if step < n and RELEASES_PAGES:
             inner = _inner_rows(b[:n])
             assert len(inner) > n // 2 and _zero_rows(inner[:-RELEASE_ALIGN // 40]).all()
             assert (b[n:] == buf[n:]).all()
@@ -540,7 +540,7 @@ def test_rehash_in_parts_keeps_every_row():
     assert tab.nbytes >= 8 * RELEASE_ALIGN
     old = tab
     new = H._rehash(old, 2 * old.shape[0], 10_007)
-    if _MADVISE is not None:
+    if RELEASES_PAGES:
         inner = _inner_rows(old)
         assert len(inner) > old.shape[0] // 2 and _zero_rows(inner).all()
     rows = H.find_rows(new, 1, keys.reshape(-1, 1), 1)
