@@ -102,7 +102,8 @@ def test_main_exits_1_on_a_wrong_answer_and_on_a_miss_only_when_strict(monkeypat
 @pytest.mark.parametrize("argv, msg", [
     (["--runs", "0"], "--runs must be positive"),
     (["--large", "-5"], "--large must be positive"),
-    (["--sustained", "999"], "at least 1,000 changes"),
+    (["--sustained", "10999"], "at least 1,000 changes more than its 10 pairs"),
+    (["--sustained", "2999", "--pairs", "2"], "more than its 2 pairs of 1,000, not 2999"),
     (["--pairs", "0"], "--pairs must be positive"),
     (["--touch", "-1"], "--touch must be a size in MiB"),
     (["--touch", "nan"], "--touch must be a size in MiB"),
@@ -119,14 +120,14 @@ def test_a_small_sitting_measures_every_figure_and_checks_every_answer(tmp_path,
     is checked against scipy BFS, and the ratios are those of the figures beside
     them."""
     path = tmp_path / "t.json"
-    bench.main(["targets", "--large", "2000", "--small", "200", "--sustained", "2000",
+    bench.main(["targets", "--large", "2000", "--small", "200", "--sustained", "3000",
                 "--runs", "2", "--pairs", "2", "--touch", "8", "--json", str(path)])
     out = capsys.readouterr().out
     assert "all 3 segments match scipy BFS" in out
     assert "note: not the targets' workload sizes" in out
     doc = json.loads(path.read_text())
     figs = doc["figures"]
-    assert doc["sizes"] == {"large": 2000, "small": 200, "sustained": 2000}
+    assert doc["sizes"] == {"large": 2000, "small": 200, "sustained": 3000}
     assert all(figs["checks"].values()) and len(figs["checks"]) == 3
     assert [t["met"] is not None for t in doc["targets"]] == [True] * 8
     assert figs["sustained_p99_ratio"] == pytest.approx(
@@ -135,6 +136,7 @@ def test_a_small_sitting_measures_every_figure_and_checks_every_answer(tmp_path,
     assert figs["sustained_p99_alone_ratio"] == pytest.approx(
         figs["sustained_p99_alone_end_ms"] / figs["sustained_p99_alone_first_ms"])
     assert "2 fresh sessions' first 1,000 changes" in out and "the long run alone" in out
+    assert "alternating run by run" in out
     assert figs["sustained_records_ratio"] == pytest.approx(
         figs["sustained_records_end"] / figs["sustained_records_first"])
     assert 0 < figs["load_peak_gib"] < 24 and figs["load_s"] > 0
@@ -186,10 +188,11 @@ def test_the_sustained_figures_come_from_their_own_runs(monkeypatch):
     assert len(figs["checks"]) == 3 and all(figs["checks"].values())
 
 
-def test_the_sustained_pairs_interleave_fresh_and_long_sessions(monkeypatch):
-    """``sustained_runs``: the long session runs its changes, then each pair is a fresh
-    session's first 1,000 single changes followed by 1,000 more of the long session;
-    the long session's answer is checked at the end, and every session is closed."""
+def test_the_sustained_pairs_alternate_fresh_and_long_sessions_run_by_run(monkeypatch):
+    """``sustained_runs``: the long session's last pairs x 1,000 single changes
+    alternate run by run with a fresh session's first 1,000 (a new one per pair),
+    every session is made for the same stream (its capacity fixes the new edges), the
+    long session's answer is checked at the end, and every session is closed."""
     events = []
     real = bench.ReachSession
 
@@ -219,16 +222,53 @@ def test_the_sustained_pairs_interleave_fresh_and_long_sessions(monkeypatch):
             super().close()
 
     monkeypatch.setattr(bench, "ReachSession", Spy)
-    r = bt.sustained_runs(150, 1500, 2)
-    assert events == [
-        ("S1", "new", 150, 3500), ("S1", "load"), ("S1", "feed", 1, 1500),
-        ("S2", "new", 150, 1000), ("S2", "load"), ("S2", "feed", 1, 1000),
-        ("S2", "close"), ("S1", "feed", 1, 1000),
-        ("S3", "new", 150, 1000), ("S3", "load"), ("S3", "feed", 1, 1000),
-        ("S3", "close"), ("S1", "feed", 1, 1000),
-        ("S1", "recompute"), ("S1", "close")]
+    r = bt.sustained_runs(150, 3500, 2)
+    want = [("S1", "new", 150, 3500), ("S1", "load"), ("S1", "feed", 1, 1500)]
+    for fresh in ("S2", "S3"):
+        want += [(fresh, "new", 150, 3500), (fresh, "load")]
+        want += [(fresh, "feed", 1, 1), ("S1", "feed", 1, 1)] * 1000
+        want += [(fresh, "close")]
+    want += [("S1", "recompute"), ("S1", "close")]
+    assert events == want
     assert r["check"] is True
     assert [len(x) for x in r["fresh"]] == [len(x) for x in r["long"]] == [1000, 1000]
     assert len(r["first"]) == len(r["last"]) == 1000
-    assert not any(r["first"] is x or r["last"] is x for x in r["long"])
     assert r["records_first"] > 0 and r["records_end"] > 0
+    with pytest.raises(ValueError, match="more than its 2 pairs of 1,000, not 2999"):
+        bt.sustained_runs(150, 2999, 2)
+
+
+def test_the_sustained_windows_are_the_long_runs_own(monkeypatch):
+    """``first`` and ``last`` are the long run's first 1,000 runs and its last 1,000
+    before the pairs, and ``long`` its runs during them: a fake session whose runs
+    take as long as the number of changes fed before them."""
+    import numpy as np
+
+    class Fake:
+        def __init__(self, n, capacity):
+            self.pos, self.df = 0, None
+
+        def load(self):
+            return 0.0
+
+        def feed(self, batch, changes, checkpoints=(), **kw):
+            lat = np.arange(self.pos, self.pos + changes, dtype=float)
+            marks = {c: (lat[c - 1000:c], 7 * c) for c in checkpoints}
+            self.pos += changes
+            return {"latencies": lat, "marks": marks}
+
+        def recompute(self):
+            return 1.0, True
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(bench, "ReachSession", Fake)
+    monkeypatch.setattr(bench, "state_records", lambda df: 99)
+    r = bt.sustained_runs(10, 5000, 3)
+    assert (r["first"] == np.arange(0, 1000)).all()
+    assert (r["last"] == np.arange(1000, 2000)).all()
+    assert [(x == np.arange(2000 + 1000 * k, 3000 + 1000 * k)).all()
+            for k, x in enumerate(r["long"])] == [True] * 3
+    assert [(x == np.arange(0, 1000)).all() for x in r["fresh"]] == [True] * 3
+    assert (r["records_first"], r["records_end"]) == (7000, 99)
