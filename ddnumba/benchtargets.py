@@ -26,12 +26,13 @@ process and in this order, so that the load's peak memory is the process's:
    run and 0.59-0.66 ms after it, and the p99 of the run's own 1,000-run windows
    ranged 0.47-1.57 ms. So the long run alone (one window at the start against one
    minutes later, each p99 the tenth-slowest of 1,000 runs) read 0.60 to 1.46 over
-   eight runs of the same code (1.53 and 1.78 in earlier sessions); ten pairs of 1,000 runs alternated block by block
-   (fresh, then long) 1.04-1.29 over three; alternated run by run 1.10-1.14 over
-   three. Both sides then see the same moments of the machine, and each pooled p99 is
-   the 100th-slowest of 10,000 runs. Alternating costs both sides some cache (each
-   run follows the other session's), so the p99s read higher than the long run
-   alone's; the ratio is what the target judges.
+   eight runs of the same code (1.53 and 1.78 in earlier sessions); ten pairs of
+   1,000 runs alternated block by block (fresh, then long) 1.04-1.29 over three;
+   alternated run by run 1.10-1.14 over three. Both sides then see the same moments
+   of the machine, and each pooled p99 is the 100th-slowest of 10,000 runs.
+   Alternating costs both sides some cache (each run follows the other session's), so
+   the p99s read higher than the long run alone's; the ratio is what the target
+   judges.
 
 4. ``--touch`` MiB (default 512) of fresh memory written once
    (:func:`ddnumba.benchfloor.first_touch`), when the process has long been small: what
@@ -181,10 +182,10 @@ def measure(large=DEFAULTS["large"], small=DEFAULTS["small"],
     of the keys :data:`TARGETS` reads, the recompute times (``*_recompute_ms``),
     the sustained p99s (``sustained_p99_first_ms`` and ``_end_ms``: the pooled
     pairs; ``sustained_p99_alone_*``: the long run alone) and records, the load's
-    user and system CPU seconds, what a first write to fresh memory costs here (``touch_*``, from
-    :func:`ddnumba.benchfloor.first_touch` over ``touch_mib`` MiB at the end, when the
-    process has long been small; 0: not measured), and ``checks``: the answer of every
-    segment against scipy BFS (``{segment: bool}``)."""
+    user and system CPU seconds, what a first write to fresh memory costs here
+    (``touch_*``, from :func:`ddnumba.benchfloor.first_touch` over ``touch_mib`` MiB
+    at the end, when the process has long been small; 0: not measured), and
+    ``checks``: the answer of every segment against scipy BFS (``{segment: bool}``)."""
     import numpy as np
 
     from .bench import _latency_figures
