@@ -129,6 +129,15 @@ def _segments(side, n, single, runs, figs, checks, progress):
         figs[f"{side}_{key}_p50_ms"] = seg["p50_ms"]
 
 
+def _check_sustained(changes, pairs):
+    if pairs < 1:
+        raise ValueError(f"targets: the sustained run needs at least one pair, not "
+                         f"{pairs}")
+    if changes < (pairs + 1) * 1000:
+        raise ValueError(f"targets: the sustained run needs at least 1,000 changes more "
+                         f"than its {pairs} pairs of 1,000, not {changes}")
+
+
 def sustained_runs(n, changes, pairs, *, progress=False):
     """The sustained run (module docstring, 3.): ``changes`` single changes on a
     fresh ``n``-node session, its last ``pairs`` x 1,000 alternating run by run with
@@ -143,10 +152,8 @@ def sustained_runs(n, changes, pairs, *, progress=False):
 
     from .bench import ReachSession, state_records
     b = 1000
+    _check_sustained(changes, pairs)
     alone = changes - pairs * b
-    if alone < b:
-        raise ValueError(f"targets: the sustained run needs at least 1,000 changes more "
-                         f"than its {pairs} pairs of 1,000, not {changes}")
     s = ReachSession(n, changes)
     try:
         s.load()
@@ -189,9 +196,7 @@ def measure(large=DEFAULTS["large"], small=DEFAULTS["small"],
     import numpy as np
 
     from .bench import _latency_figures
-    if sustained < (pairs + 1) * 1000:
-        raise ValueError(f"targets: the sustained run needs at least 1,000 changes more "
-                         f"than its {pairs} pairs of 1,000, not {sustained}")
+    _check_sustained(sustained, pairs)     # (before the long work of the other sizes)
     figs, checks = {}, {}
     for side, n, single in (("large", large, large_single),
                             ("small", small, small_single)):

@@ -236,6 +236,11 @@ def test_the_sustained_pairs_alternate_fresh_and_long_sessions_run_by_run(monkey
     assert r["records_first"] > 0 and r["records_end"] > 0
     with pytest.raises(ValueError, match="more than its 2 pairs of 1,000, not 2999"):
         bt.sustained_runs(150, 2999, 2)
+    with pytest.raises(ValueError, match="at least one pair, not 0"):
+        bt.sustained_runs(150, 3000, 0)
+    monkeypatch.setattr(bt, "_segments", lambda *a: pytest.fail("ran before the check"))
+    with pytest.raises(ValueError, match="more than its 3 pairs of 1,000, not 3999"):
+        bt.measure(300, 100, 3999, pairs=3)
 
 
 def test_the_sustained_windows_are_the_long_runs_own(monkeypatch):
