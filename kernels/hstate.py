@@ -17,7 +17,7 @@ traces):
   0 is an empty slot), the key padded to ``KW`` words, two *blocks* in the arena
   (offset and length each: block 0 holds the trace, block 1 the output of a reduce
   that is the trace's only reader, so that one lookup finds both; a block's length
-  word also holds its capacity, a power of two, in its high bits) and a *stamp*
+  word also holds its capacity's size class in its high bits) and a *stamp*
   (used by a reduce to evaluate a key once a round). With keys of two words a row
   is 64 bytes. Rows are found by linear probing from a hash of the key words only,
   so the rows of one key in different traces (a join's two inputs) sit next to each
@@ -32,7 +32,10 @@ traces):
 * ``meta``: counters (rows used, arena top, free entries, live entries, empty rows,
   epoch), then the heads of the arena's free lists.
 
-Arena space is handed out in power-of-two chunks. A block that outgrows its chunk
+Arena space is handed out in chunks whose sizes are a power of two or three times one
+(1, 2, 3, 4, 6, 8, 12, ...: a chunk is less than 1.5 times its block's length when
+taken, where powers of two alone left blocks of 9 entries, a node's 9 roots at N=1e6,
+in chunks of 16). A block that outgrows its chunk
 relocates to one of the capacity it needs; a block keeps its chunk while it shrinks,
 down to a quarter full (then it moves to a free chunk of half the size or less, or,
 without one, gives up its upper part), and gives it up when empty.
@@ -66,15 +69,17 @@ M_EMPTY = 4     # occupied rows whose blocks are both empty
 M_EPOCH = 5     # a counter the executor bumps every round (reduce stamps)
 M_KW = 6        # KW: key words per row
 M_VW = 7        # VW: value words per entry
-M_FREE = 8      # meta[M_FREE + c]: first free chunk of 2**c entries (-1: none); a
-                # free chunk's first entry holds the next one's offset in column 0
-N_CLASSES = 48
+M_MAXC = 8      # no free list above this size class is non-empty (-1: all empty)
+M_FREE = 9      # meta[M_FREE + c]: first free chunk of class c (-1: none; sizes
+                # 1, 2, 3, 4, 6, 8, 12, ..., see _size); a free chunk's first entry
+                # holds the next one's offset in column 0
+N_CLASSES = 96  # chunks of up to 2**48 entries
 META_LEN = M_FREE + N_CLASSES
 
 OVERFLOW = -1   # code: a diff sum overflows int64
 
 RW_EXTRA = 6    # row words besides the key: tag, 2 x (offset, length), stamp
-LEN_BITS = 40   # a block's length word: length | (log2(capacity) + 1) << LEN_BITS
+LEN_BITS = 40   # a block's length word: length | (size class + 1) << LEN_BITS
 LEN_MASK = (1 << LEN_BITS) - 1
 
 _LOAD_NUM = 5   # at most 5/8 of the table's rows are occupied
@@ -124,7 +129,7 @@ def new_meta(kw_max, vw_max):
     meta = np.zeros(META_LEN, np.int64)
     meta[M_KW] = kw_max
     meta[M_VW] = vw_max
-    meta[M_FREE:] = -1
+    meta[M_MAXC:] = -1
     return meta
 
 
@@ -249,7 +254,7 @@ def _same_key(a, i, ca, b, j, cb, kw):
 
 @njit(cache=True, nogil=True, inline="always")
 def _len_word(ln, cp):
-    """A block's length word: length ``ln``, capacity ``cp`` (0 or a power of two)."""
+    """A block's length word: length ``ln``, capacity ``cp`` (0 or a chunk size)."""
     return ln | ((_cls(cp) + 1) << LEN_BITS) if cp > 0 else ln
 
 
@@ -263,16 +268,19 @@ def blen(tab, row, blk):
 def bcap(tab, row, blk):
     """The capacity of block ``blk`` of ``row`` (0: it has no chunk)."""
     k = tab[row, tab.shape[1] - RW_EXTRA + 2 + 2 * blk] >> LEN_BITS
-    return np.int64(0) if k == 0 else np.int64(1) << (k - 1)
+    return np.int64(0) if k == 0 else _size(k - 1)
 
 
 @njit(cache=True, nogil=True, inline="always")
 def _cap(n):
-    """A block's capacity: its length rounded up to a power of two (0 for none)."""
+    """A block's capacity: its length rounded up to a chunk size, a power of two or
+    three times one (0 for none)."""
     if n <= 0:
         return np.int64(0)
     c = np.int64(1)
     while c < n:
+        if c >= 2 and c + (c >> 1) >= n:
+            return c + (c >> 1)
         c <<= 1
     return c
 
@@ -281,53 +289,91 @@ def _cap(n):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _log2(n):
+    """``floor(log2(n))`` for ``n >= 1``."""
+    k = np.int64(0)
+    while (n >> (k + 1)) > 0:
+        k += 1
+    return k
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _cls(cp):
-    """``log2(cp)`` for a power of two ``cp``."""
-    c = np.int64(0)
-    while (np.int64(1) << c) < cp:
-        c += 1
-    return c
+    """The size class of a chunk size ``cp``: 0, 1, 2, 3, 4, 5, ... for 1, 2, 3, 4, 6,
+    8, ... entries (a power of two ``2**k`` is class ``2k - 1``, three times one
+    ``3 * 2**(k - 1)`` class ``2k``)."""
+    k = _log2(cp)
+    if cp == np.int64(1) << k:
+        return 2 * k - 1 if k > 0 else np.int64(0)
+    return 2 * k
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _size(c):
+    """The chunk size of class ``c`` (see :func:`_cls`)."""
+    if c == 0:
+        return np.int64(1)
+    if c & 1:
+        return np.int64(1) << ((c + 1) >> 1)
+    return np.int64(3) << ((c >> 1) - 1)
 
 
 @njit(cache=True, nogil=True, inline="always")
 def _free(arena, meta, off, cp):
-    """Put the chunk ``arena[off:off + cp]`` (``cp`` a power of two) on its list."""
-    c = M_FREE + _cls(cp)
+    """Put the chunk ``arena[off:off + cp]`` (``cp`` a chunk size) on its list."""
+    k = _cls(cp)
+    c = M_FREE + k
     arena[off, 0] = meta[c]
     meta[c] = off
     meta[M_GARB] += cp
+    if k > meta[M_MAXC]:
+        meta[M_MAXC] = k
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _free_span(arena, meta, off, n):
+    """Put ``arena[off:off + n]`` on the free lists as chunks, the largest first."""
+    while n > 0:
+        k = _log2(n)
+        s = np.int64(1) << k
+        if k > 0 and s + (s >> 1) <= n:
+            s += s >> 1
+        _free(arena, meta, off, s)
+        off += s
+        n -= s
 
 
 @njit(cache=True, nogil=True, inline="always")
 def _take_free(arena, meta, cp, below):
-    """Offset of a free chunk of ``cp`` entries (a power of two): one of that size,
-    else the lower part of the smallest larger free one of fewer than ``below``
-    entries, whose upper parts go on their lists (``cp``, ``2 cp``, ... up to half its
-    size); -1 when there is none."""
+    """Offset of a free chunk of ``cp`` entries (a chunk size): one of that size, else
+    the lower part of the smallest larger free one of fewer than ``below`` entries,
+    whose upper part goes back on the lists (:func:`_free_span`); -1 when there is
+    none."""
     k = _cls(cp)
     h = meta[M_FREE + k]
     if h >= 0:
         meta[M_FREE + k] = arena[h, 0]
         meta[M_GARB] -= cp
         return h
-    for b in range(k + 1, N_CLASSES):
-        if (np.int64(1) << b) >= below:
-            break
+    top = meta[M_MAXC]
+    for b in range(k + 1, top + 1):
+        sb = _size(b)
+        if sb >= below:
+            return np.int64(-1)
         h = meta[M_FREE + b]
         if h >= 0:
             meta[M_FREE + b] = arena[h, 0]
-            meta[M_GARB] -= np.int64(1) << b
-            s = cp
-            while s < (np.int64(1) << b):
-                _free(arena, meta, h + s, s)
-                s <<= 1
+            meta[M_GARB] -= sb
+            _free_span(arena, meta, h + cp, sb - cp)
             return h
+    if top > k:
+        meta[M_MAXC] = k        # every list above class k is empty
     return np.int64(-1)
 
 
 @njit(cache=True, nogil=True, inline="always")
 def _alloc(arena, meta, cp):
-    """Offset of a chunk of ``cp`` entries (a power of two): a free one (see
+    """Offset of a chunk of ``cp`` entries (a chunk size): a free one (see
     :func:`_take_free`), else the top (which the caller has made room for,
     :func:`_block_need`). Space freed once is used before new memory is."""
     h = _take_free(arena, meta, cp, INF_ENTRIES)
@@ -344,7 +390,7 @@ def free_chunks(arena, meta):
     for c in range(N_CLASSES):
         h = int(meta[M_FREE + c])
         while h >= 0:
-            out.append((h, 1 << c))
+            out.append((h, int(_size(c))))
             h = int(arena[h, 0])
     return out
 
@@ -430,7 +476,7 @@ def ensure_rows(tab, meta, more):
 @njit(cache=True, nogil=True)
 def _compact_into(tab, arena, out):
     """Copy every non-empty block into ``out`` back to back (each taking its length
-    rounded up to a power of two); rows get their new offsets and capacities. Returns
+    rounded up to a chunk size); rows get their new offsets and capacities. Returns
     the new top."""
     KW = tab.shape[1] - RW_EXTRA
     top = np.int64(0)
@@ -472,7 +518,7 @@ def ensure_entries(tab, arena, meta, more):
         out = alloc2d(size, arena.shape[1], False)
         meta[M_TOP] = _compact_into(tab, arena, out)
         meta[M_GARB] = 0
-        meta[M_FREE:] = -1
+        meta[M_MAXC:] = -1
         return out
     size = max(2 * arena.shape[0], meta[M_TOP] + more + (meta[M_TOP] >> 1))
     out = alloc2d(size, arena.shape[1], False)
@@ -497,7 +543,7 @@ def gc(tab, arena, meta):
                         arena.shape[1], False)
         meta[M_TOP] = _compact_into(tab, arena, out_a)
         meta[M_GARB] = 0
-        meta[M_FREE:] = -1
+        meta[M_MAXC:] = -1
         arena = out_a
     return tab, arena
 
@@ -673,10 +719,11 @@ def _shrink(arena, meta, off, cp, ln, fresh):
     """The chunk of a block of ``ln > 0`` entries at ``off`` (capacity ``cp``): the
     block moves to a smaller free chunk when it is at most a quarter full, or, when
     its chunk is ``fresh`` (just taken for a merge whose diffs may have cancelled),
-    when a chunk of its length rounded up to a power of two is free (or a smaller
-    part of one, :func:`_take_free`). Its old chunk then goes back whole. Without a
+    when a chunk of its length rounded up to a chunk size is free (or a smaller part
+    of one, :func:`_take_free`). Its old chunk then goes back whole. Without a
     free chunk, a block at most a quarter full keeps the lower part of its chunk and
-    gives up the rest in halves. Capacity stays under four times the length. Returns
+    gives up the rest in halves (the half of a chunk size of 4 or more is one).
+    Capacity stays under four times the length. Returns
     ``(offset, capacity)``.
 
     Moving keeps the chunks of each size whole, so the arena holds, per size, about as
