@@ -32,10 +32,12 @@ traces):
 * ``meta``: counters (rows used, arena top, free entries, live entries, empty rows,
   epoch), then the heads of the arena's free lists.
 
-Arena space is handed out in chunks whose sizes are a power of two or three times one
-(1, 2, 3, 4, 6, 8, 12, ...: a chunk is less than 1.5 times its block's length when
-taken, where powers of two alone left blocks of 9 entries, a node's 9 roots at N=1e6,
-in chunks of 16). A block that outgrows its chunk
+Arena space is handed out in chunks of 1, 2, 4 or 8 entries, or, from 12 on, a power
+of two or three times one (12, 16, 24, 32, ...): a larger block's chunk is less than
+1.5 times its length when taken (with powers of two alone, the blocks of 9 entries
+that hold a node's 9 roots at N=1e6 took chunks of 16), and a small block keeps the
+slack that lets a change land in place (a block of 3 in a chunk of 4, say). A block
+that outgrows its chunk
 relocates to one of the capacity it needs; a block keeps its chunk while it shrinks,
 down to a quarter full (then it moves to a free chunk of half the size or less, or,
 without one, gives up its upper part), and gives it up when empty.
@@ -71,9 +73,9 @@ M_KW = 6        # KW: key words per row
 M_VW = 7        # VW: value words per entry
 M_MAXC = 8      # no free list above this size class is non-empty (-1: all empty)
 M_FREE = 9      # meta[M_FREE + c]: first free chunk of class c (-1: none; sizes
-                # 1, 2, 3, 4, 6, 8, 12, ..., see _size); a free chunk's first entry
+                # 1, 2, 4, 8, 12, 16, 24, ..., see _size); a free chunk's first entry
                 # holds the next one's offset in column 0
-N_CLASSES = 96  # chunks of up to 2**48 entries
+N_CLASSES = 92  # chunks of up to 2**47 entries
 META_LEN = M_FREE + N_CLASSES
 
 OVERFLOW = -1   # code: a diff sum overflows int64
@@ -273,13 +275,13 @@ def bcap(tab, row, blk):
 
 @njit(cache=True, nogil=True, inline="always")
 def _cap(n):
-    """A block's capacity: its length rounded up to a chunk size, a power of two or
-    three times one (0 for none)."""
+    """A block's capacity: its length rounded up to a chunk size (0 for none; see
+    :func:`_size`)."""
     if n <= 0:
         return np.int64(0)
     c = np.int64(1)
     while c < n:
-        if c >= 2 and c + (c >> 1) >= n:
+        if c >= 8 and c + (c >> 1) >= n:
             return c + (c >> 1)
         c <<= 1
     return c
@@ -299,23 +301,23 @@ def _log2(n):
 
 @njit(cache=True, nogil=True, inline="always")
 def _cls(cp):
-    """The size class of a chunk size ``cp``: 0, 1, 2, 3, 4, 5, ... for 1, 2, 3, 4, 6,
-    8, ... entries (a power of two ``2**k`` is class ``2k - 1``, three times one
-    ``3 * 2**(k - 1)`` class ``2k``)."""
+    """The size class of a chunk size ``cp`` (see :func:`_size`): ``k`` for ``2**k``
+    up to 8, then ``2k - 3`` for ``2**k`` and ``2k - 2`` for ``3 * 2**(k - 1)``."""
     k = _log2(cp)
     if cp == np.int64(1) << k:
-        return 2 * k - 1 if k > 0 else np.int64(0)
-    return 2 * k
+        return k if k <= 3 else 2 * k - 3
+    return 2 * k - 2
 
 
 @njit(cache=True, nogil=True, inline="always")
 def _size(c):
-    """The chunk size of class ``c`` (see :func:`_cls`)."""
-    if c == 0:
-        return np.int64(1)
+    """The chunk size of class ``c``: 1, 2, 4, 8, 12, 16, 24, 32, 48, ... for ``c`` =
+    0, 1, 2, ...: powers of two, and from 12 on three times one between them."""
+    if c <= 3:
+        return np.int64(1) << c
     if c & 1:
-        return np.int64(1) << ((c + 1) >> 1)
-    return np.int64(3) << ((c >> 1) - 1)
+        return np.int64(1) << ((c + 3) >> 1)
+    return np.int64(3) << (c >> 1)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -336,7 +338,7 @@ def _free_span(arena, meta, off, n):
     while n > 0:
         k = _log2(n)
         s = np.int64(1) << k
-        if k > 0 and s + (s >> 1) <= n:
+        if k >= 3 and s + (s >> 1) <= n:
             s += s >> 1
         _free(arena, meta, off, s)
         off += s
@@ -716,27 +718,25 @@ def _block_add(tab, arena, meta, row, blk, src, x0, x1, c0, vw, dcol, it):
 
 @njit(cache=True, nogil=True, inline="always")
 def _shrink(arena, meta, off, cp, ln, fresh):
-    """The chunk of a block of ``ln > 0`` entries at ``off`` (capacity ``cp``): the
-    block moves to a smaller free chunk when it is at most a quarter full, or, when
-    its chunk is ``fresh`` (just taken for a merge whose diffs may have cancelled),
-    when a chunk of its length rounded up to a chunk size is free (or a smaller part
-    of one, :func:`_take_free`). Its old chunk then goes back whole. Without a
-    free chunk, a block at most a quarter full keeps the lower part of its chunk and
-    gives up the rest in halves (the half of a chunk size of 4 or more is one).
-    Capacity stays under four times the length. Returns
-    ``(offset, capacity)``.
+    """The chunk of a block of ``ln > 0`` entries at ``off`` (capacity ``cp``). A block
+    at most a quarter full wants a chunk of twice its length rounded up to a chunk
+    size (under four times its length); a block whose chunk is ``fresh`` (just taken
+    for a merge whose diffs may have cancelled) one of its length rounded up. It moves
+    to a free chunk of that size (or a smaller part of a larger one,
+    :func:`_take_free`) when there is one, and its old chunk goes back whole. Without
+    one, a block at most a quarter full keeps the lower part of its chunk and gives up
+    the rest (as the largest chunks that fit). Returns ``(offset, capacity)``.
 
     Moving keeps the chunks of each size whole, so the arena holds, per size, about as
-    many chunks as blocks of that size were ever live at once. Giving up halves turns
+    many chunks as blocks of that size were ever live at once. Giving up parts turns
     large chunks into small ones for good, and the blocks that grow again take new
     large chunks from the top: at N=1e6 the top rose by ~600k entries a run (fresh
     memory each time) while the free lists filled with small chunks."""
     t = cp
     if fresh:
         t = _cap(ln)
-    else:
-        while t >= 4 and ln * 4 <= t:
-            t >>= 1
+    elif cp >= 4 and ln * 4 <= cp:
+        t = _cap(2 * ln)
     if t >= cp:
         return off, cp
     noff = _take_free(arena, meta, t, cp)
@@ -747,9 +747,10 @@ def _shrink(arena, meta, off, cp, ln, fresh):
                 arena[noff + e, c] = arena[off + e, c]
         _free(arena, meta, off, cp)
         return noff, t
-    while cp >= 4 and ln * 4 <= cp:
-        cp >>= 1
-        _free(arena, meta, off + cp, cp)
+    if cp >= 4 and ln * 4 <= cp:
+        t = _cap(2 * ln)
+        _free_span(arena, meta, off + t, cp - t)
+        return off, t
     return off, cp
 
 

@@ -266,17 +266,17 @@ def test_a_shrinking_block_moves_to_a_free_chunk_and_frees_its_own_whole():
     state = _new()
     off_a, _, cap_a = _put(state, 1, list(range(1, 10)), [1] * 9)
     off_b, _, cap_b = _put(state, 2, list(range(1, 7)), [1] * 6)
-    assert (cap_a, cap_b) == (12, 6)
-    assert _put(state, 2, list(range(1, 7)), [-1] * 6)[1] == 0      # a free 6-chunk
+    assert (cap_a, cap_b) == (12, 8)
+    assert _put(state, 2, list(range(1, 7)), [-1] * 6)[1] == 0      # a free 8-chunk
     top = state[2][H.M_TOP]
     before = H.free_chunks(state[1], state[2])
-    assert (off_b, 6) in before
-    # entries removed in place: six of twelve stay put, three of twelve move to B's
-    # chunk
+    assert (off_b, 8) in before
+    # entries removed in place: six of twelve stay put; three of twelve want a chunk
+    # of eight and move to B's
     assert _put(state, 1, [2, 3, 4], [-1] * 3) == (off_a, 6, 12)
-    assert _put(state, 1, [5, 6, 7], [-1] * 3) == (off_b, 3, 6)
+    assert _put(state, 1, [5, 6, 7], [-1] * 3) == (off_b, 3, 8)
     after = H.free_chunks(state[1], state[2])
-    assert sorted(after) == sorted([c for c in before if c != (off_b, 6)] + [(off_a, 12)])
+    assert sorted(after) == sorted([c for c in before if c != (off_b, 8)] + [(off_a, 12)])
     assert state[2][H.M_TOP] == top
     _check_space(*state)
     assert H.read_key(state[0], state[1], _find_row(state, 1), 0)[:, 0].tolist() == [1, 8, 9]
@@ -287,34 +287,35 @@ def test_a_shrinking_block_without_a_free_chunk_gives_up_its_upper_part():
     off_a, _, _ = _put(state, 1, list(range(1, 10)), [1] * 9)
     assert H.free_chunks(state[1], state[2]) == []
     assert _put(state, 1, [2, 3, 4], [-1] * 3) == (off_a, 6, 12)
-    assert _put(state, 1, [5, 6, 7], [-1] * 3) == (off_a, 3, 6)
-    assert H.free_chunks(state[1], state[2]) == [(off_a + 6, 6)]
+    assert _put(state, 1, [5, 6, 7], [-1] * 3) == (off_a, 3, 8)
+    assert H.free_chunks(state[1], state[2]) == [(off_a + 8, 4)]
     _check_space(*state)
 
 
 def test_a_merge_whose_diffs_cancel_ends_in_a_chunk_of_its_length():
     """Two entries merged into a one-entry block (one cancels) go through a fresh chunk
-    of three; the result moves back to a one-entry chunk (here its old one, freed by
-    the merge) and the chunk of three goes back whole."""
+    of four; the result moves back to a one-entry chunk (here its old one, freed by the
+    merge) and the chunk of four goes back whole."""
     state = _new()
     off_a, _, _ = _put(state, 1, [5], [1])
     assert _put(state, 1, [5, 6], [-1, 1]) == (off_a, 1, 1)
     free = H.free_chunks(state[1], state[2])
-    assert len(free) == 1 and free[0][1] == 3
+    assert len(free) == 1 and free[0][1] == 4
     assert H.read_key(state[0], state[1], _find_row(state, 1), 0)[:, 0].tolist() == [6]
     _check_space(*state)
 
 
-def test_chunk_sizes_are_powers_of_two_and_three_times_one():
-    """A block's chunk is its length rounded up to the next of 1, 2, 3, 4, 6, 8, 12,
-    ...: less than 1.5 times its length (a node's 9 entries take 12, not 16)."""
+def test_chunk_sizes_are_powers_of_two_and_from_12_on_three_times_one():
+    """A block's chunk is its length rounded up to the next of 1, 2, 4, 8, 12, 16, 24,
+    ...: past 8 entries less than 1.5 times its length (a node's 9 entries take 12,
+    not 16)."""
     sizes = [int(H._size(c)) for c in range(H.N_CLASSES)]
-    assert sizes[:12] == [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64]
+    assert sizes[:12] == [1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128]
     assert sizes == sorted(set(sizes)) and sizes[-1] >= 2**46
     assert [int(H._cls(x)) for x in sizes] == list(range(H.N_CLASSES))
     for n in range(1, 3000):
         c = int(H._cap(n))
-        assert c in sizes and c >= n and (n <= 4 and c == n or 2 * c < 3 * n)
+        assert c in sizes and c >= n and (2 * c < 3 * n if n > 8 else c < 2 * n)
         assert all(x < n for x in sizes if x < c)
     assert H._cap(0) == 0
 
@@ -340,12 +341,12 @@ def test_free_lists_are_scanned_up_to_a_bound_that_follows_them():
     assert meta[H.M_MAXC] == H._cls(32)
     H._free(arena, meta, 200, 32)
     assert meta[H.M_MAXC] == H._cls(32)
-    # 2: no free 2; the smallest larger free chunk (24) is split into 2, 16 and 6
+    # 2: no free 2; the smallest larger free chunk (24) is split into 2, 16, 4 and 2
     assert H._alloc(arena, meta, 2) == 24
-    assert free() == [(26, 16), (42, 6), (200, 32)]
+    assert free() == [(26, 16), (42, 4), (46, 2), (200, 32)]
     # 32 again: the chunk freed after the bound fell is found
     assert H._alloc(arena, meta, 32) == 200 and meta[H.M_TOP] == 232
-    assert free() == [(26, 16), (42, 6)]
+    assert free() == [(26, 16), (42, 4), (46, 2)]
 
 
 def test_alloc_splits_a_larger_free_chunk_before_taking_the_top():
@@ -358,9 +359,9 @@ def test_alloc_splits_a_larger_free_chunk_before_taking_the_top():
     top = state[2][H.M_TOP]
     assert _put(state, 3, [9], [1]) == (off_b, 1, 1)
     after = H.free_chunks(state[1], state[2])
-    # (the rest, seven entries, goes back as the largest chunks that fit: 6 and 1)
+    # (the rest, seven entries, goes back as the largest chunks that fit: 4, 2, 1)
     assert sorted(after) == sorted([c for c in before if c != (off_b, 8)]
-                                   + [(off_b + 1, 6), (off_b + 7, 1)])
+                                   + [(off_b + 1, 4), (off_b + 5, 2), (off_b + 7, 1)])
     assert state[2][H.M_TOP] == top
     _check_space(*state)
 
