@@ -23,6 +23,7 @@ from __future__ import annotations
 import numbers
 import os
 import re
+import sys
 
 import numpy as np
 
@@ -734,7 +735,9 @@ class Dataflow:
             Ctrl-C. The native engine's compiled code takes it at its next call back
             into Python (a loop checks in every 1,024 iterations past 10,000): the run
             stops part-way and the dataflow fails for later runs. A run that finishes
-            first completes, and then raises it; the dataflow goes on.
+            first completes, and then raises it; the dataflow goes on. A SIGINT
+            handler of the program's own (a ``SparkContext`` installs one) is called
+            at those same points instead, never inside compiled code's calls.
 
         Any exception raised by a user function (``map``, ``filter``, ...) passes
         through, and also fails the dataflow for later runs.
@@ -742,7 +745,7 @@ class Dataflow:
         if self._failed is not None:
             raise RuntimeError(f"this dataflow failed in an earlier run() "
                                f"({self._failed}); build a new one") from None
-        held = False
+        held = None
         if self.workers == 1:
             if self._native is None:
                 from ddnumba.native import compile_dataflow
@@ -773,11 +776,15 @@ class Dataflow:
         self.runs += 1
         for node in self._auto_captures:
             node.after_run()
-        if held:
+        if held is not None:
             # Ctrl-C during compiled code that finished before calling back into
             # Python (see ddnumba.native._HeldCtrlC): the run is complete, so the
-            # dataflow goes on; the interrupt is raised now.
-            raise KeyboardInterrupt("Ctrl-C during run(); the run completed first")
+            # dataflow goes on; the interrupt goes to its handler now (Python's
+            # default raises KeyboardInterrupt; a program's own, Spark's say, runs).
+            import signal
+            if held is signal.default_int_handler:
+                raise KeyboardInterrupt("Ctrl-C during run(); the run completed first")
+            held(signal.SIGINT, sys._getframe())
 
     def _run_context(self):
         """Which run failed and which updates it was given, for an error message."""

@@ -30,6 +30,7 @@ The graph is fixed at the first ``run()``: adding operators afterwards raises.
 """
 from __future__ import annotations
 
+import sys
 import warnings
 
 # (signal.signal and signal.getsignal wrap these in enum conversions costing ~4 µs a
@@ -107,11 +108,16 @@ class _HeldCtrlC:
 
     Inside the ``with`` block this handler only records the interrupt. The hooks
     (:meth:`NativeEngine._batch_cb` and the others), entered with their arguments
-    boxed, raise it as KeyboardInterrupt; a run that ends before calling a hook
-    reports it when it returns (``hit``). While a hook runs a user function
-    (``in_user``) the handler raises at once, as the default one does, so that a slow
-    or endless user function is stopped where it is. It takes over only from Python's
-    default handler, and only in the main thread (the only one that handles signals).
+    boxed, hand it to the handler it took over from (:meth:`check`: Python's default
+    raises KeyboardInterrupt); a run that ends before calling a hook hands it over
+    when it returns (``hit``, :meth:`deliver`). While a hook runs a user function
+    (``in_user``) the handler hands it over at once, as if it had not been there, so
+    that a slow or endless user function is stopped where it is. It takes over from
+    any Python handler: Python's default, and a program's own, such as the one a
+    ``SparkContext`` installs (it cancels the Spark jobs and raises KeyboardInterrupt),
+    which would otherwise run inside the glue. ``SIG_IGN`` and ``SIG_DFL`` are left
+    alone, and so is every thread but the main one (the only one that handles
+    signals).
     """
 
     def __init__(self):
@@ -122,7 +128,8 @@ class _HeldCtrlC:
     def _handler(self, signum, frame):
         if self.in_user:
             self.in_user = False
-            raise KeyboardInterrupt
+            self._prev(signum, frame)
+            return
         self.hit = True
 
     def __enter__(self):
@@ -130,9 +137,10 @@ class _HeldCtrlC:
         self.in_user = False
         self._prev = None
         try:
-            if _sig.getsignal(_sig.SIGINT) is _sig.default_int_handler:
+            prev = _sig.getsignal(_sig.SIGINT)
+            if callable(prev):
                 _sig.signal(_sig.SIGINT, self._handler)
-                self._prev = _sig.default_int_handler
+                self._prev = prev
         except ValueError:          # not the main thread
             pass
         return self
@@ -140,14 +148,22 @@ class _HeldCtrlC:
     def __exit__(self, *exc):
         if self._prev is not None:
             _sig.signal(_sig.SIGINT, self._prev)
-            self._prev = None
         return False
 
     def check(self):
-        """Raise the held interrupt (called where a hook starts)."""
+        """Hand a held interrupt to the handler taken over (called where a hook
+        starts): Python's default raises KeyboardInterrupt."""
         if self.hit:
             self.hit = False
-            raise KeyboardInterrupt
+            self._prev(_sig.SIGINT, sys._getframe(1))
+
+    def deliver(self):
+        """After the ``with`` block: the handler a held interrupt is for, or None
+        (none held). The caller calls it once the run is complete."""
+        if not self.hit:
+            return None
+        self.hit = False
+        return self._prev
 
 
 def _cold(dispatcher):
@@ -1250,8 +1266,7 @@ class NativeEngine:
                 f"{lp.max_iterations} (still changing at iteration {int(info[1])}); raise "
                 f"the limit or check that the loop body reaches a fixed point")
         self._sync_outputs()
-        held, self._ctrl_c.hit = self._ctrl_c.hit, False
-        return held
+        return self._ctrl_c.deliver()
 
     def _run_pass(self, fr):
         """One compiled pass up to frontier ``fr``: its status."""

@@ -1797,8 +1797,11 @@ def test_long_loop_without_limit_warns_once():
     assert len(cap.at(0)) == 10050
 
 
+# (Each script below takes SIGINT back first: a test run started as a background job
+# of a shell without job control inherits SIGINT ignored, and so would the script.)
 _RUNAWAY = """
-import sys, warnings
+import signal, sys, warnings
+signal.signal(signal.SIGINT, signal.default_int_handler)
 import ddnumba as dd
 from ddnumba.operators.iterate import IterationLimitError
 warnings.simplefilter("ignore")
@@ -1866,8 +1869,80 @@ def test_runaway_loop_stops_on_ctrl_c(tmp_path, loops):
     assert out.split() == ["interrupted", "refused:", "True"], (out, err)
 
 
+_RUNAWAY_OWN_HANDLER = """
+import signal, sys, warnings
+import ddnumba as dd
+from ddnumba.operators.iterate import IterationLimitError
+warnings.simplefilter("ignore")
+calls = []
+
+
+def mine(signum, frame):
+    # what a SparkContext's handler does: its own work, then KeyboardInterrupt
+    calls.append(signum)
+    raise KeyboardInterrupt
+
+
+signal.signal(signal.SIGINT, mine)
+for limit in (12000, None):
+    df = dd.Dataflow(engine="native", loops=sys.argv[1])
+    ci, c = df.new_input(["k"])
+    cap = c.iterate(lambda v: v.concat(c), name="runaway", max_iterations=limit).capture()
+    ci.insert([1, 2], time=0)
+    ci.advance_to(1)
+    if limit is not None:
+        try:
+            df.run()
+        except IterationLimitError:
+            pass
+print("running", flush=True)
+import faulthandler
+faulthandler.dump_traceback_later(45)
+try:
+    df.run()
+except KeyboardInterrupt:
+    print("interrupted", calls == [signal.SIGINT], signal.getsignal(signal.SIGINT) is mine,
+          flush=True)
+"""
+
+
+@pytest.mark.parametrize("loops", ["sequential", "rounds"])
+def test_runaway_loop_stops_on_ctrl_c_under_a_handler_of_the_programs(tmp_path, loops):
+    # A program with a SIGINT handler of its own (as a SparkContext installs): the
+    # engine holds the Ctrl-C and calls that handler at the loop's next check-in,
+    # outside compiled code; its KeyboardInterrupt stops the run, and the handler is
+    # the program's again afterwards.
+    import signal
+    import subprocess
+    import sys
+    import time
+    script = tmp_path / "runaway_own.py"
+    script.write_text(_RUNAWAY_OWN_HANDLER)
+    proc = subprocess.Popen([sys.executable, str(script), loops], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "running"
+        time.sleep(3.0)
+        assert proc.poll() is None          # still iterating
+        proc.send_signal(signal.SIGINT)
+        try:
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+            pytest.fail(f"no answer to SIGINT within 60 s; stdout {out!r}; stderr "
+                        f"(the script's tracebacks at 45 s) {err[-4000:]}")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert out.split() == ["interrupted", "True", "True"], (out, err)
+
+
 _CTRL_C_IN_CALLBACKS = """
 import json, os, signal, sys, threading, time, warnings
+signal.signal(signal.SIGINT, signal.default_int_handler)
 import numpy as np
 import ddnumba as dd
 from ddnumba.operators.iterate import IterationLimitError
@@ -2029,13 +2104,24 @@ def test_ctrl_c_in_a_loop_that_calls_python_is_an_interrupt(tmp_path, loops):
     assert out["handler_back"] is True
 
 
-def test_the_held_ctrl_c_handler_is_installed_only_over_the_default():
-    # Inside a run the SIGINT handler is the engine's (it only records), and the
-    # default one is back afterwards; a handler of the user's (here SIG_IGN) is left
-    # alone; a run in another thread (where Python handles no signals) installs none.
+def test_the_held_ctrl_c_handler_takes_over_python_handlers_only():
+    # Inside a run the SIGINT handler is the engine's (it only records), and the one
+    # it took over is back afterwards: Python's default, or a program's own (a
+    # SparkContext installs one); SIG_IGN is left alone; a run in another thread
+    # (where Python handles no signals) installs none. (The handler this process has
+    # is set first: a Spark test run before in this process leaves Spark's.)
+    import signal
+    seen = []
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        _check_held_handlers(seen)
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+def _check_held_handlers(seen):
     import signal
     import threading
-    seen = []
 
     def look(k):
         if isinstance(k, np.ndarray) and (np.abs(k) == 1234567).any():
@@ -2061,6 +2147,18 @@ def test_the_held_ctrl_c_handler_is_installed_only_over_the_default():
     try:
         assert set(run_one()) == {signal.SIG_IGN}
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+    def mine(signum, frame):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGINT, mine)
+    try:
+        inside = run_one()
+        assert inside and all(getattr(h, "__self__", None).__class__.__name__ ==
+                              "_HeldCtrlC" for h in inside), inside
+        assert signal.getsignal(signal.SIGINT) is mine
     finally:
         signal.signal(signal.SIGINT, old)
     res = []
