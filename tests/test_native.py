@@ -1799,15 +1799,15 @@ def test_long_loop_without_limit_warns_once():
 
 # (Each script below takes SIGINT back first: a test run started as a background job
 # of a shell without job control inherits SIGINT ignored, and so would the script.)
-_RUNAWAY = """
+# A loop that never converges, started after the same loop with a limit, so that
+# every kernel it uses is compiled (or loaded) before the signal: on a cold cache the
+# first run() compiles some for this program, and a Ctrl-C there stops the compile,
+# not the loop. Then "running", and ``df`` is the runaway dataflow.
+_RUNAWAY_LOOP = """
 import signal, sys, warnings
-signal.signal(signal.SIGINT, signal.default_int_handler)
 import ddnumba as dd
 from ddnumba.operators.iterate import IterationLimitError
 warnings.simplefilter("ignore")
-# The same loop with a limit first, so that every kernel it uses is compiled (or
-# loaded) before the signal: on a cold cache the first run() compiles some for this
-# program, and a Ctrl-C there stops the compile, not the loop.
 for limit in (12000, None):
     df = dd.Dataflow(engine="native", loops=sys.argv[1])
     ci, c = df.new_input(["k"])
@@ -1822,6 +1822,12 @@ for limit in (12000, None):
 print("running", flush=True)
 import faulthandler
 faulthandler.dump_traceback_later(45)      # (where it is, should it not stop: stderr)
+"""
+
+_RUNAWAY = """
+import signal
+signal.signal(signal.SIGINT, signal.default_int_handler)
+""" + _RUNAWAY_LOOP + """
 try:
     df.run()
 except KeyboardInterrupt:
@@ -1832,48 +1838,8 @@ except RuntimeError as e:
     print("refused:", "KeyboardInterrupt" in str(e), flush=True)
 """
 
-
-@pytest.mark.parametrize("loops", ["sequential", "rounds"])
-def test_runaway_loop_stops_on_ctrl_c(tmp_path, loops):
-    # A loop that never converges (no max_iterations) inside compiled code: Ctrl-C
-    # (SIGINT) stops it within seconds, as KeyboardInterrupt out of run(), and the
-    # dataflow then refuses to run. (Compiled code never lets Python see a signal;
-    # the engine holds it, the loop calls back every 1,024 iterations past 10,000,
-    # and the held interrupt is raised there. Before it was held, it could be raised
-    # inside Numba's glue of another call back, release_rows, as a TypeError.)
-    import signal
-    import subprocess
-    import sys
-    import time
-    script = tmp_path / "runaway.py"
-    script.write_text(_RUNAWAY)
-    proc = subprocess.Popen([sys.executable, str(script), loops], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout.readline().strip() == "running"
-        time.sleep(3.0)
-        assert proc.poll() is None          # still iterating
-        proc.send_signal(signal.SIGINT)
-        try:
-            out, err = proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, err = proc.communicate()
-            pytest.fail(f"no answer to SIGINT within 60 s; stdout {out!r}; stderr "
-                        f"(the script's tracebacks at 45 s) {err[-4000:]}")
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 0, err
-    assert out.split() == ["interrupted", "refused:", "True"], (out, err)
-
-
 _RUNAWAY_OWN_HANDLER = """
-import signal, sys, warnings
-import ddnumba as dd
-from ddnumba.operators.iterate import IterationLimitError
-warnings.simplefilter("ignore")
+import signal
 calls = []
 
 
@@ -1884,20 +1850,7 @@ def mine(signum, frame):
 
 
 signal.signal(signal.SIGINT, mine)
-for limit in (12000, None):
-    df = dd.Dataflow(engine="native", loops=sys.argv[1])
-    ci, c = df.new_input(["k"])
-    cap = c.iterate(lambda v: v.concat(c), name="runaway", max_iterations=limit).capture()
-    ci.insert([1, 2], time=0)
-    ci.advance_to(1)
-    if limit is not None:
-        try:
-            df.run()
-        except IterationLimitError:
-            pass
-print("running", flush=True)
-import faulthandler
-faulthandler.dump_traceback_later(45)
+""" + _RUNAWAY_LOOP + """
 try:
     df.run()
 except KeyboardInterrupt:
@@ -1906,18 +1859,16 @@ except KeyboardInterrupt:
 """
 
 
-@pytest.mark.parametrize("loops", ["sequential", "rounds"])
-def test_runaway_loop_stops_on_ctrl_c_under_a_handler_of_the_programs(tmp_path, loops):
-    # A program with a SIGINT handler of its own (as a SparkContext installs): the
-    # engine holds the Ctrl-C and calls that handler at the loop's next check-in,
-    # outside compiled code; its KeyboardInterrupt stops the run, and the handler is
-    # the program's again afterwards.
+def _interrupt_runaway(tmp_path, script_text, loops):
+    """Run a runaway script (see _RUNAWAY_LOOP), send it SIGINT 3 s after it says
+    "running", and return ``(returncode, stdout, stderr)`` (fails the test when the
+    script does not stop within 60 s)."""
     import signal
     import subprocess
     import sys
     import time
-    script = tmp_path / "runaway_own.py"
-    script.write_text(_RUNAWAY_OWN_HANDLER)
+    script = tmp_path / "runaway.py"
+    script.write_text(script_text)
     proc = subprocess.Popen([sys.executable, str(script), loops], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
@@ -1936,7 +1887,30 @@ def test_runaway_loop_stops_on_ctrl_c_under_a_handler_of_the_programs(tmp_path, 
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-    assert proc.returncode == 0, err
+    return proc.returncode, out, err
+
+
+@pytest.mark.parametrize("loops", ["sequential", "rounds"])
+def test_runaway_loop_stops_on_ctrl_c(tmp_path, loops):
+    # A loop that never converges (no max_iterations) inside compiled code: Ctrl-C
+    # (SIGINT) stops it within seconds, as KeyboardInterrupt out of run(), and the
+    # dataflow then refuses to run. (Compiled code never lets Python see a signal;
+    # the engine holds it, the loop calls back every 1,024 iterations past 10,000,
+    # and the held interrupt is raised there. Before it was held, it could be raised
+    # inside Numba's glue of another call back, release_rows, as a TypeError.)
+    code, out, err = _interrupt_runaway(tmp_path, _RUNAWAY, loops)
+    assert code == 0, err
+    assert out.split() == ["interrupted", "refused:", "True"], (out, err)
+
+
+@pytest.mark.parametrize("loops", ["sequential", "rounds"])
+def test_runaway_loop_stops_on_ctrl_c_under_a_handler_of_the_programs(tmp_path, loops):
+    # A program with a SIGINT handler of its own (as a SparkContext installs): the
+    # engine holds the Ctrl-C and calls that handler at the loop's next check-in,
+    # outside compiled code; its KeyboardInterrupt stops the run, and the handler is
+    # the program's again afterwards.
+    code, out, err = _interrupt_runaway(tmp_path, _RUNAWAY_OWN_HANDLER, loops)
+    assert code == 0, err
     assert out.split() == ["interrupted", "True", "True"], (out, err)
 
 
