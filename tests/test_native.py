@@ -2678,3 +2678,58 @@ def test_loop_distinct_reports_its_own_overflow():
     inp.advance_to(2)
     with pytest.raises(OverflowError, match="distinct"):
         df.run()
+
+
+def test_a_held_ctrl_c_goes_to_the_handler_taken_over(monkeypatch):
+    # _HeldCtrlC records a Ctrl-C and hands it to the handler it took over: at a
+    # check-in (check), at once inside a user function (in_user), or after the run
+    # (deliver, which Dataflow.run calls: Python's default raises KeyboardInterrupt, a
+    # program's own handler just runs, and run() returns if it does not raise).
+    import signal
+    from ddnumba.native import NativeEngine, _HeldCtrlC
+    calls = []
+
+    def mine(signum, frame):
+        calls.append(signum)            # (does not raise: the program goes on)
+
+    before = signal.signal(signal.SIGINT, mine)
+    try:
+        h = _HeldCtrlC()
+        with h:
+            assert signal.getsignal(signal.SIGINT) == h._handler
+            h._handler(signal.SIGINT, None)
+            assert calls == []                              # held
+            h.check()
+            assert calls == [signal.SIGINT]                 # handed over at a check-in
+            h.check()
+            assert calls == [signal.SIGINT]                 # once
+            h.in_user = True
+            h._handler(signal.SIGINT, None)
+            assert calls == [signal.SIGINT] * 2             # at once in user code
+            h._handler(signal.SIGINT, None)
+        assert signal.getsignal(signal.SIGINT) is mine
+        assert h.deliver() is mine and h.deliver() is None
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        with h:
+            h._handler(signal.SIGINT, None)
+            with pytest.raises(KeyboardInterrupt):
+                h.check()
+        # Dataflow.run with a held interrupt for each kind of handler
+        df = dd.Dataflow(engine="native")
+        ci, c = df.new_input(["k"])
+        cap = c.map(lambda k: k + 1).capture()
+        ci.insert([1], time=0)
+        ci.advance_to(1)
+        df.run()
+        monkeypatch.setattr(NativeEngine, "run", lambda self: mine)
+        df.run()
+        assert calls == [signal.SIGINT] * 3
+        monkeypatch.setattr(NativeEngine, "run", lambda self: signal.default_int_handler)
+        with pytest.raises(KeyboardInterrupt, match="completed first"):
+            df.run()
+        monkeypatch.setattr(NativeEngine, "run", lambda self: None)
+        df.run()                                            # the dataflow goes on
+        assert calls == [signal.SIGINT] * 3
+        assert cap.at(0).to_pylist() == [{"k": 2, "count": 1}]
+    finally:
+        signal.signal(signal.SIGINT, before)
