@@ -1170,9 +1170,10 @@ class NativeEngine:
         if loop in self._warned_loops:
             return
         self._warned_loops.add(loop)
+        from ddnumba.operators.iterate import ctrl_c_hint
         warnings.warn(f"loop {self.loops[loop].child.name!r} is at iteration {k} and still "
                       f"changing; pass max_iterations= to stop a loop that does not "
-                      f"converge (Ctrl-C interrupts it)", RuntimeWarning, stacklevel=4)
+                      f"converge ({ctrl_c_hint()})", RuntimeWarning, stacklevel=4)
 
     # ------------------------------------------------------------------ running
     # A run of a dataflow with loops whose new updates are many next to the state

@@ -1797,6 +1797,59 @@ def test_long_loop_without_limit_warns_once():
     assert len(cap.at(0)) == 10050
 
 
+@pytest.mark.parametrize("engine, sigint", [("native", "default"), ("native", "ignored"),
+                                            ("python", "ignored")])
+def test_long_loop_warning_says_whether_ctrl_c_can_stop_it(engine, sigint):
+    """The warning at iteration 10000 promises Ctrl-C only where it works: a process
+    started with SIGINT ignored (a background job, ``nohup``) is told to use kill.
+    (The Python engine's default case is the hint's own test below: its loop takes
+    ~8 s here.)"""
+    import signal
+    df = dd.Dataflow(engine=engine)
+    xi, x0 = df.new_input(["v"])
+    out = x0.iterate(lambda x: x.map(lambda v: v + 1).filter(lambda v: v < 10003)
+                     .concat(x0).distinct(), name="slow")
+    cap = out.capture()
+    xi.insert([0], time=0)
+    xi.advance_to(1)
+    before = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.SIG_IGN if sigint == "ignored"
+                  else signal.default_int_handler)
+    try:
+        with pytest.warns(RuntimeWarning, match="loop 'slow' is at iteration") as rec:
+            df.run()
+        assert signal.getsignal(signal.SIGINT) is (
+            signal.SIG_IGN if sigint == "ignored" else signal.default_int_handler)
+    finally:
+        signal.signal(signal.SIGINT, before)
+    [msg] = [str(w.message) for w in rec if "slow" in str(w.message)]
+    if sigint == "ignored":
+        assert "SIGINT is ignored" in msg and "kill" in msg and "Ctrl-C interrupts" not in msg
+    else:
+        assert "Ctrl-C interrupts it" in msg and "ignored" not in msg
+    assert len(cap.at(0)) == 10003
+
+
+def test_ctrl_c_hint_follows_sigint_and_rank(monkeypatch):
+    """The hint reads the SIGINT disposition when it is asked; a worker process, which
+    ignores SIGINT because its driver handles Ctrl-C, is given the usual hint."""
+    import signal
+    from ddnumba import workers
+    from ddnumba.operators.iterate import ctrl_c_hint
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        assert ctrl_c_hint() == "Ctrl-C interrupts it"
+        signal.signal(signal.SIGINT, lambda *a: None)
+        assert ctrl_c_hint() == "Ctrl-C interrupts it"
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        assert "SIGINT is ignored" in ctrl_c_hint()
+        monkeypatch.setattr(workers, "_RANK", 1)
+        assert ctrl_c_hint() == "Ctrl-C interrupts it"
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
 # (Each script below takes SIGINT back first: a test run started as a background job
 # of a shell without job control inherits SIGINT ignored, and so would the script.)
 # A loop that never converges, started after the same loop with a limit, so that

@@ -37,6 +37,25 @@ from ddnumba.updates import Updates
 _I64 = np.int64
 
 
+def ctrl_c_hint() -> str:
+    """How to stop a loop that does not converge, for the warning at iteration 10,000.
+
+    A process started with SIGINT ignored (a background job of a shell without job
+    control, ``nohup``) cannot be interrupted by Ctrl-C, so the warning says so rather
+    than promise it. A worker process ignores SIGINT on purpose (its driver handles
+    Ctrl-C) and is told the usual thing."""
+    import signal
+    from ddnumba import workers
+    try:
+        ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    except ValueError:          # pragma: no cover (getsignal works in any thread)
+        ignored = False
+    if ignored and workers.rank() == 0:
+        return ("SIGINT is ignored in this process (started in the background or "
+                "under nohup), so Ctrl-C cannot interrupt it; stop it with kill")
+    return "Ctrl-C interrupts it"
+
+
 class IterationLimitError(RuntimeError):
     """A loop ran more rounds than its ``max_iterations``."""
 
@@ -122,7 +141,7 @@ class LoopScope(Scope):
                 import warnings
                 warnings.warn(f"loop {self.name!r} is at iteration {k} and still changing; "
                               f"pass max_iterations= to stop a loop that does not "
-                              f"converge", RuntimeWarning, stacklevel=2)
+                              f"converge ({ctrl_c_hint()})", RuntimeWarning, stacklevel=2)
                 warned = True
             if self.max_iterations is not None and k >= self.max_iterations:
                 raise IterationLimitError(
