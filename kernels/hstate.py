@@ -621,12 +621,15 @@ def _block_add(tab, arena, meta, row, blk, src, x0, x1, c0, vw, dcol, it):
     cp = bcap(tab, row, blk)
     m = x1 - x0
     fresh = False
-    if ln + m <= cp and m <= 8:
+    x = x0
+    if m <= 8:
         # in place, entry by entry (few entries, each found by bisection from where
         # the previous one went: they ascend); space is given up at the end (an entry
-        # may cancel before another is added)
+        # may cancel before another is added). An entry that changes or cancels one
+        # already there needs no room, so a full chunk takes those in place; the first
+        # new entry it has no room for sends the rest to the merge below.
         lo = np.int64(0)
-        for x in range(x0, x1):
+        while x < x1:
             itx = it if it >= 0 else src[x, 0]
             hi = ln
             while lo < hi:
@@ -647,7 +650,7 @@ def _block_add(tab, arena, meta, row, blk, src, x0, x1, c0, vw, dcol, it):
                     meta[M_LIVE] -= 1
                 else:
                     arena[off + pos, DF] = s
-            else:
+            elif ln < cp:
                 _shift(arena, off + pos + 1, off + pos, ln - pos)
                 for c in range(vw):
                     arena[off + pos, c] = src[x, c0 + c]
@@ -657,12 +660,15 @@ def _block_add(tab, arena, meta, row, blk, src, x0, x1, c0, vw, dcol, it):
                 arena[off + pos, DF] = src[x, dcol]
                 ln += 1
                 meta[M_LIVE] += 1
-    else:
-        # merge into a fresh chunk, then free the old one
-        ncap = _cap(ln + m)
+            else:
+                break
+            x += 1
+    if x < x1:
+        # merge the entries left into a fresh chunk, then free the old one (its
+        # length and those entries are at most the ones _block_need counted)
+        ncap = _cap(ln + (x1 - x))
         noff = _alloc(arena, meta, ncap)
         a = np.int64(0)
-        x = x0
         o = noff
         while a < ln or x < x1:
             if x >= x1:

@@ -293,15 +293,40 @@ def test_a_shrinking_block_without_a_free_chunk_gives_up_its_upper_part():
 
 
 def test_a_merge_whose_diffs_cancel_ends_in_a_chunk_of_its_length():
-    """Two entries merged into a one-entry block (one cancels) go through a fresh chunk
-    of four; the result moves back to a one-entry chunk (here its old one, freed by the
-    merge) and the chunk of four goes back whole."""
+    """A new entry before the one entry of a full one-entry block sends both changes
+    to a merge through a fresh chunk of four (one cancels); the result moves back to a
+    one-entry chunk (here its old one, freed by the merge) and the chunk of four goes
+    back whole."""
     state = _new()
     off_a, _, _ = _put(state, 1, [5], [1])
-    assert _put(state, 1, [5, 6], [-1, 1]) == (off_a, 1, 1)
+    assert _put(state, 1, [4, 5], [1, -1]) == (off_a, 1, 1)
     free = H.free_chunks(state[1], state[2])
     assert len(free) == 1 and free[0][1] == 4
-    assert H.read_key(state[0], state[1], _find_row(state, 1), 0)[:, 0].tolist() == [6]
+    assert H.read_key(state[0], state[1], _find_row(state, 1), 0)[:, 0].tolist() == [4]
+    _check_space(*state)
+
+
+def test_a_full_chunk_takes_changes_that_need_no_room_in_place():
+    """A block whose chunk is full changes in place when each change finds its entry
+    (a new diff, or a cancellation that makes room for a new entry after it): no chunk
+    is taken or freed. The first new entry without room sends the rest to a merge."""
+    state = _new()
+    off_a, _, _ = _put(state, 1, [5], [1])
+    top = state[2][H.M_TOP]
+    assert _put(state, 1, [5], [2]) == (off_a, 1, 1)                  # a new diff
+    assert _put(state, 1, [5, 6], [-3, 1]) == (off_a, 1, 1)           # cancel, then add
+    assert H.free_chunks(state[1], state[2]) == []
+    assert state[2][H.M_TOP] == top
+    assert H.read_key(state[0], state[1], _find_row(state, 1), 0)[:, [0, 2]].tolist() \
+        == [[6, 1]]
+    off_b, _, _ = _put(state, 2, [1, 3], [1, 1])
+    assert H.bcap(state[0], _find_row(state, 2), 0) == 2
+    # 1 changes in place, 2 finds no room: 2 and 3 go to a merge with [1, 3] through
+    # a fresh chunk of four, and the result moves back to the chunk of two it left
+    assert _put(state, 2, [1, 2, 3], [4, 1, -1]) == (off_b, 2, 2)
+    assert [c for _, c in H.free_chunks(state[1], state[2])] == [4]
+    assert H.read_key(state[0], state[1], _find_row(state, 2), 0)[:, [0, 2]].tolist() \
+        == [[1, 5], [2, 1]]
     _check_space(*state)
 
 
