@@ -30,7 +30,8 @@ traces):
   block is sorted by ``(vals, iteration)`` with no zero diff and no two entries at
   the same ``(vals, iteration)``.
 * ``meta``: counters (rows used, arena top, free entries, live entries, empty rows,
-  epoch), then the heads of the arena's free lists.
+  epoch, key and value words, the free lists' scan bound), then the heads of the
+  arena's free lists.
 
 Arena space is handed out in chunks of 1, 2, 4 or 8 entries, or, from 12 on, a power
 of two or three times one (12, 16, 24, 32, ...): a larger block's chunk is less than
@@ -38,7 +39,10 @@ of two or three times one (12, 16, 24, 32, ...): a larger block's chunk is less 
 that hold a node's 9 roots at N=1e6 took chunks of 16), and a small block keeps the
 slack that lets a change land in place (a block of 3 in a chunk of 4, say). A block
 that outgrows its chunk
-relocates to one of the capacity it needs; a block keeps its chunk while it shrinks,
+relocates to one of the capacity it needs (a change that finds its entry, a new diff
+or a cancellation, needs no room and lands in place even in a full chunk; the first
+new entry without room sends the rest of the change to a merge into a fresh chunk);
+a block keeps its chunk while it shrinks,
 down to a quarter full (then it moves to a free chunk of half the size or less, or,
 without one, gives up its upper part), and gives it up when empty.
 Chunks given up go on the free list of their size, so they fit the next block of
