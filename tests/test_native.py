@@ -1781,16 +1781,23 @@ def test_max_iterations_in_a_later_run(engine):
         df.run()
 
 
-def test_long_loop_without_limit_warns_once():
-    """A loop without ``max_iterations`` still changing at iteration 10000 warns once,
-    naming the loop, and then runs to its fixed point."""
-    df = _native_df()
+def _slow_loop(engine, n):
+    """A dataflow whose loop ``slow`` (no ``max_iterations``) takes ``n`` iterations
+    to its fixed point of ``n`` records, fed and ready to run; and its capture."""
+    df = dd.Dataflow(engine=engine)
     xi, x0 = df.new_input(["v"])
-    out = x0.iterate(lambda x: x.map(lambda v: v + 1).filter(lambda v: v < 10050)
+    out = x0.iterate(lambda x: x.map(lambda v: v + 1).filter(lambda v: v < n)
                      .concat(x0).distinct(), name="slow")
     cap = out.capture()
     xi.insert([0], time=0)
     xi.advance_to(1)
+    return df, cap
+
+
+def test_long_loop_without_limit_warns_once():
+    """A loop without ``max_iterations`` still changing at iteration 10000 warns once,
+    naming the loop, and then runs to its fixed point."""
+    df, cap = _slow_loop("native", 10050)
     with pytest.warns(RuntimeWarning, match="loop 'slow' is at iteration") as rec:
         df.run()
     assert len([w for w in rec if "slow" in str(w.message)]) == 1
@@ -1805,13 +1812,7 @@ def test_long_loop_warning_says_whether_ctrl_c_can_stop_it(engine, sigint):
     (The Python engine's default case is the hint's own test below: its loop takes
     ~8 s here.)"""
     import signal
-    df = dd.Dataflow(engine=engine)
-    xi, x0 = df.new_input(["v"])
-    out = x0.iterate(lambda x: x.map(lambda v: v + 1).filter(lambda v: v < 10003)
-                     .concat(x0).distinct(), name="slow")
-    cap = out.capture()
-    xi.insert([0], time=0)
-    xi.advance_to(1)
+    df, cap = _slow_loop(engine, 10003)
     before = signal.getsignal(signal.SIGINT)
     signal.signal(signal.SIGINT, signal.SIG_IGN if sigint == "ignored"
                   else signal.default_int_handler)
