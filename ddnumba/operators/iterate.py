@@ -46,11 +46,7 @@ def ctrl_c_hint() -> str:
     Ctrl-C) and is told the usual thing."""
     import signal
     from ddnumba import workers
-    try:
-        ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
-    except ValueError:          # pragma: no cover (getsignal works in any thread)
-        ignored = False
-    if ignored and workers.rank() == 0:
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN and workers.rank() == 0:
         return ("SIGINT is ignored in this process (started in the background or "
                 "under nohup), so Ctrl-C cannot interrupt it; stop it with kill")
     return "Ctrl-C interrupts it"
