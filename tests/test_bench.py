@@ -314,3 +314,29 @@ def test_ratio_lines_set_workers_against_one_process_of_each_engine(capsys):
     assert sum("W=1 python" in line and "W=2 python" in line for line in out) == 0
     assert "N=1000 B=100 W=1: native 8000 changes/s, python 400 changes/s: ratio " \
            "native/python 20.00x" in out
+
+
+def test_latency_figures_give_the_median_and_the_mean_throughput():
+    from ddnumba.bench import _latency_figures
+    # nine quick runs and one slow: the median run leaves the slow one out, the mean
+    # counts it
+    lat = np.array([0.001] * 9 + [0.091])
+    f = _latency_figures(lat, 10)
+    assert f["changes_per_s"] == pytest.approx(10 / 0.001)
+    assert f["mean_changes_per_s"] == pytest.approx(100 / 0.1)
+    assert f["p50_ms"] == pytest.approx(1.0)
+    assert f["max_ms"] == pytest.approx(91.0)
+    empty = _latency_figures(np.array([]), 10)
+    assert np.isnan(empty["changes_per_s"]) and np.isnan(empty["mean_changes_per_s"])
+
+
+def test_feed_reports_the_mean_throughput_of_its_runs():
+    s = ReachSession(1000, 60)
+    try:
+        s.load()
+        r = s.feed(20, 60)
+    finally:
+        s.close()
+    lat = np.asarray(r["latencies"])
+    assert len(lat) == 3
+    assert r["mean_changes_per_s"] == pytest.approx(60 / lat.sum())
