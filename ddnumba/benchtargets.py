@@ -181,6 +181,31 @@ def sustained_runs(n, changes, pairs, *, progress=False):
             "records_first": rec0, "records_end": rec1, "check": check}
 
 
+def sustained_figures(r):
+    """The figures of a :func:`sustained_runs` result ``r``, keyed as in
+    :func:`measure`: ``sustained_p99_first_ms`` / ``_end_ms`` / ``_ratio`` (the pooled
+    fresh sessions' runs and the long session's alternated with them: the target's
+    ratio), ``sustained_p99_alone_*`` (the long run's first and last 1,000 before the
+    pairs) and ``sustained_records_first`` / ``_end`` / ``_ratio``."""
+    import numpy as np
+
+    from .bench import _latency_figures
+    p99 = lambda lat: _latency_figures(np.concatenate(lat), 1)["p99_ms"]  # noqa: E731
+    figs = {"sustained_p99_first_ms": p99(r["fresh"]),
+            "sustained_p99_end_ms": p99(r["long"]),
+            "sustained_p99_alone_first_ms": p99([r["first"]]),
+            "sustained_p99_alone_end_ms": p99([r["last"]])}
+    figs["sustained_p99_ratio"] = (figs["sustained_p99_end_ms"]
+                                   / figs["sustained_p99_first_ms"])
+    figs["sustained_p99_alone_ratio"] = (figs["sustained_p99_alone_end_ms"]
+                                         / figs["sustained_p99_alone_first_ms"])
+    rec0, rec1 = r["records_first"], r["records_end"]
+    figs["sustained_records_first"] = int(rec0)
+    figs["sustained_records_end"] = int(rec1)
+    figs["sustained_records_ratio"] = rec1 / max(rec0, 1)
+    return figs
+
+
 def measure(large=DEFAULTS["large"], small=DEFAULTS["small"],
             sustained=DEFAULTS["sustained"], *, pairs=PAIRS,
             large_single=200, runs=20, small_single=1000, touch_mib=512.0,
@@ -193,9 +218,6 @@ def measure(large=DEFAULTS["large"], small=DEFAULTS["small"],
     (``touch_*``, from :func:`ddnumba.benchfloor.first_touch` over ``touch_mib`` MiB
     at the end, when the process has long been small; 0: not measured), and
     ``checks``: the answer of every segment against scipy BFS (``{segment: bool}``)."""
-    import numpy as np
-
-    from .bench import _latency_figures
     _check_sustained(sustained, pairs)     # (before the long work of the other sizes)
     figs, checks = {}, {}
     for side, n, single in (("large", large, large_single),
@@ -205,20 +227,8 @@ def measure(large=DEFAULTS["large"], small=DEFAULTS["small"],
          f"{pairs:,} x 1,000 alternating with fresh sessions")
     r = sustained_runs(small, sustained, pairs, progress=progress)
     checks[f"N={small} sustained"] = r["check"]
-    p99 = lambda lat: _latency_figures(np.concatenate(lat), 1)["p99_ms"]  # noqa: E731
     figs["sustained_pairs"] = pairs
-    figs["sustained_p99_first_ms"] = p99(r["fresh"])
-    figs["sustained_p99_end_ms"] = p99(r["long"])
-    figs["sustained_p99_ratio"] = (figs["sustained_p99_end_ms"]
-                                   / figs["sustained_p99_first_ms"])
-    figs["sustained_p99_alone_first_ms"] = p99([r["first"]])
-    figs["sustained_p99_alone_end_ms"] = p99([r["last"]])
-    figs["sustained_p99_alone_ratio"] = (figs["sustained_p99_alone_end_ms"]
-                                         / figs["sustained_p99_alone_first_ms"])
-    rec0, rec1 = r["records_first"], r["records_end"]
-    figs["sustained_records_first"] = int(rec0)
-    figs["sustained_records_end"] = int(rec1)
-    figs["sustained_records_ratio"] = rec1 / max(rec0, 1)
+    figs.update(sustained_figures(r))
     if touch_mib > 0:
         from .benchfloor import first_touch
         ft = first_touch(touch_mib)

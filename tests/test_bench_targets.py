@@ -153,22 +153,29 @@ def test_a_small_sitting_measures_every_figure_and_checks_every_answer(tmp_path,
         assert figs[f"{side}_recompute_ms"] > 0
 
 
+def _fake_sustained_run():
+    """A ``sustained_runs`` result whose parts differ in every figure."""
+    import numpy as np
+    return {"first": np.linspace(0.001, 0.002, 1000),         # p99 ~1.99 ms
+            "last": np.linspace(0.003, 0.007, 1000),          # p99 ~6.96 ms
+            "fresh": [np.linspace(0.0005, 0.001, 1000), np.linspace(0.0005, 0.003, 1000)],
+            "long": [np.linspace(0.002, 0.004, 1000), np.linspace(0.001, 0.002, 1000)],
+            "records_first": 400, "records_end": 500, "check": True}
+
+
 def test_the_sustained_figures_come_from_their_own_runs(monkeypatch):
     """The target's p99s are those of the pooled interleaved runs (fresh sessions'
     first 1,000 against the long session's end), the long run alone's are its first
     and last 1,000, and the records those of its two checkpoints: not swapped or
     mixed. A fake sustained run whose parts differ in every figure."""
     import numpy as np
-    first = np.linspace(0.001, 0.002, 1000)         # p99 ~1.99 ms
-    last = np.linspace(0.003, 0.007, 1000)          # p99 ~6.96 ms
-    fresh = [np.linspace(0.0005, 0.001, 1000), np.linspace(0.0005, 0.003, 1000)]
-    long = [np.linspace(0.002, 0.004, 1000), np.linspace(0.001, 0.002, 1000)]
+    run = _fake_sustained_run()
+    first, last, fresh, long = run["first"], run["last"], run["fresh"], run["long"]
     calls = []
 
     def fake_sustained_runs(n, changes, pairs, **kw):
         calls.append((n, changes, pairs))
-        return {"first": first, "last": last, "fresh": fresh, "long": long,
-                "records_first": 400, "records_end": 500, "check": True}
+        return run
 
     monkeypatch.setattr(bt, "sustained_runs", fake_sustained_runs)
     figs = bt.measure(300, 100, 5000, pairs=2, runs=1, large_single=10,
@@ -277,3 +284,36 @@ def test_the_sustained_windows_are_the_long_runs_own(monkeypatch):
             for k, x in enumerate(r["long"])] == [True] * 3
     assert [(x == np.arange(0, 1000)).all() for x in r["fresh"]] == [True] * 3
     assert (r["records_first"], r["records_end"]) == (7000, 99)
+
+
+def test_asv_sustained_pairs_reports_the_targets_figures(monkeypatch):
+    """asv ``ReachSustainedPairs`` reads the same sustained run as ``bench targets``
+    and reports its figures unswapped: fed a fake run whose parts differ in every
+    figure, each track returns the pooled percentile computed here; a wrong answer
+    fails its setup."""
+    import numpy as np
+
+    from asv_benchmarks import bench_reach as br
+    run = _fake_sustained_run()
+    first, last, fresh, long = run["first"], run["last"], run["fresh"], run["long"]
+    calls = []
+
+    def fake_sustained_runs(n, changes, pairs, **kw):
+        calls.append((n, changes, pairs))
+        return run
+
+    monkeypatch.setattr(bt, "sustained_runs", fake_sustained_runs)
+    monkeypatch.setattr(br, "_warm_up", lambda *a, **k: None)
+    c = br.ReachSustainedPairs()
+    cache = c.setup_cache()
+    assert calls == [(1000, 1_000_000, 10)]
+    c.setup(cache)
+    p99 = lambda *a: np.percentile(np.concatenate(a), 99) * 1e3  # noqa: E731
+    assert c.track_p99_fresh_ms(cache) == pytest.approx(p99(*fresh))
+    assert c.track_p99_end_ms(cache) == pytest.approx(p99(*long))
+    assert c.track_p99_ratio(cache) == pytest.approx(p99(*long) / p99(*fresh))
+    assert c.track_p99_ratio_alone(cache) == pytest.approx(p99(last) / p99(first))
+    assert c.track_records_ratio(cache) == pytest.approx(1.25)
+    run["check"] = False
+    with pytest.raises(RuntimeError, match="differs from the scipy recompute"):
+        c.setup(c.setup_cache())
