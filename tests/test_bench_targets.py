@@ -163,14 +163,10 @@ def _fake_sustained_run():
             "records_first": 400, "records_end": 500, "check": True}
 
 
-def test_the_sustained_figures_come_from_their_own_runs(monkeypatch):
-    """The target's p99s are those of the pooled interleaved runs (fresh sessions'
-    first 1,000 against the long session's end), the long run alone's are its first
-    and last 1,000, and the records those of its two checkpoints: not swapped or
-    mixed. A fake sustained run whose parts differ in every figure."""
-    import numpy as np
+def _fake_sustained_runs(monkeypatch):
+    """``bt.sustained_runs`` replaced by one returning :func:`_fake_sustained_run`;
+    returns that run and the list of the calls' ``(n, changes, pairs)``."""
     run = _fake_sustained_run()
-    first, last, fresh, long = run["first"], run["last"], run["fresh"], run["long"]
     calls = []
 
     def fake_sustained_runs(n, changes, pairs, **kw):
@@ -178,6 +174,17 @@ def test_the_sustained_figures_come_from_their_own_runs(monkeypatch):
         return run
 
     monkeypatch.setattr(bt, "sustained_runs", fake_sustained_runs)
+    return run, calls
+
+
+def test_the_sustained_figures_come_from_their_own_runs(monkeypatch):
+    """The target's p99s are those of the pooled interleaved runs (fresh sessions'
+    first 1,000 against the long session's end), the long run alone's are its first
+    and last 1,000, and the records those of its two checkpoints: not swapped or
+    mixed. A fake sustained run whose parts differ in every figure."""
+    import numpy as np
+    run, calls = _fake_sustained_runs(monkeypatch)
+    first, last, fresh, long = run["first"], run["last"], run["fresh"], run["long"]
     figs = bt.measure(300, 100, 5000, pairs=2, runs=1, large_single=10,
                       small_single=10, touch_mib=0)
     assert "touch_fresh_s_per_gib" not in figs
@@ -294,15 +301,8 @@ def test_asv_sustained_pairs_reports_the_targets_figures(monkeypatch):
     import numpy as np
 
     from asv_benchmarks import bench_reach as br
-    run = _fake_sustained_run()
+    run, calls = _fake_sustained_runs(monkeypatch)
     first, last, fresh, long = run["first"], run["last"], run["fresh"], run["long"]
-    calls = []
-
-    def fake_sustained_runs(n, changes, pairs, **kw):
-        calls.append((n, changes, pairs))
-        return run
-
-    monkeypatch.setattr(bt, "sustained_runs", fake_sustained_runs)
     monkeypatch.setattr(br, "_warm_up", lambda *a, **k: None)
     c = br.ReachSustainedPairs()
     cache = c.setup_cache()
