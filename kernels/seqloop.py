@@ -189,6 +189,7 @@ OVF_IN = -5        # a sum of input diffs
 OVF_LOGIC = -6     # count / sum
 OVF_CORR = -7      # a correction
 OVF_PAIR = -8      # a join product
+NEED_ROWS = -13    # a table row (_pairs_insert)
 
 # A loop's counters: one int64 array ``cn``, kept from run to run. Numba takes and
 # drops a reference to every array a compiled function is given (and to every array in
@@ -824,6 +825,97 @@ def _pairs_trace(tab, arena, tag, dd, nd, kw, dvw, ovw, delta_left, j, od, o, po
     return o
 
 
+@leaf
+def _pairs_insert(tab, arena, meta, tag_r, tag_l, dd, nd, kw, dvw, ovw, j, od, o, pos):
+    """A join owning both traces, its left delta in one walk: per key group of
+    ``dd[pos[0]:nd]`` (rows ``(iteration, diff, key, vals)``, grouped by key), its pairs
+    with the entries of trace ``tag_r`` under the key (as :func:`_pairs_trace` with
+    ``delta_left``), then the group added to trace ``tag_l`` at iteration ``j`` (as
+    ``hstate._ins_apply``). Both rows of a key are found in one probe, and while a key
+    is worked on both blocks of the next one are prefetched, so that the right
+    block's miss and the left block's overlap (two walks had each wait on its own).
+
+    Nothing of a key group is done before it has room. Returns the new count, or
+    NEED_OUT (``pos`` = resume row, rows needed, count so far), NEED_ROWS (a new
+    table row) or NEED_ARENA (``pos[1]`` entries), each with ``pos[0]`` at the group
+    and ``pos[2]`` the count so far; or OVF_PAIR / OVF_ARR."""
+    KW = tab.shape[1] - RW_EXTRA
+    IT = arena.shape[1] - 2
+    DF = arena.shape[1] - 1
+    cap = od.shape[0]
+    pf = _pf_on(tab)
+    r = pos[0]
+    # the rows of the next key group found while prefetching (at row n_at; -1: none).
+    # A row found stays valid (rows never move here and a new row only takes an empty
+    # slot); one found absent is looked up again, as a new row may have taken its slot
+    n_at = np.int64(-1)
+    n_r = np.int64(-1)
+    n_l = np.int64(-1)
+    while r < nd:
+        e = r + 1
+        while e < nd and _same(dd, e, 2, dd, r, 2, kw):
+            e += 1
+        if n_at == r and n_r >= 0:
+            row_r = n_r
+        else:
+            row_r = _find(tab, tag_r, dd, r, 2, kw)
+        if n_at == r and n_l >= 0:
+            row_l = n_l
+        else:
+            row_l = _find(tab, tag_l, dd, r, 2, kw)
+        if pf and e < nd:
+            if e + PF_AHEAD < nd:
+                _pf_slot(tab, dd, e + PF_AHEAD, kw)
+            n_at = e
+            n_r = _find(tab, tag_r, dd, e, 2, kw)
+            n_l = _find(tab, tag_l, dd, e, 2, kw)
+            _pf_block(tab, arena, n_r, 0)
+            _pf_block(tab, arena, n_l, 0)
+        ln = np.int64(0)
+        off = np.int64(0)
+        if row_r >= 0:
+            off = tab[row_r, KW + 1]
+            ln = blen(tab, row_r, 0)
+        m = e - r
+        pos[0] = r
+        pos[2] = o
+        if o + m * ln > cap:
+            pos[1] = m * ln
+            return NEED_OUT
+        if row_l < 0:
+            if not rows_room(tab, meta, 1):
+                return NEED_ROWS
+            ar = _block_need(tab, np.int64(-1), 0, m)
+        else:
+            ar = _block_need(tab, row_l, 0, m)
+        if meta[M_TOP] + ar > arena.shape[0]:
+            pos[1] = ar
+            return NEED_ARENA
+        for x in range(r, e):
+            d = dd[x, 1]
+            for y in range(ln):
+                a = off + y
+                f, ov = mul_checked(d, arena[a, DF])
+                if ov:
+                    return OVF_PAIR
+                it = arena[a, IT]
+                od[o, 0] = it if it > j else j
+                od[o, 1] = f
+                for c in range(kw + dvw):
+                    od[o, 2 + c] = dd[x, 2 + c]
+                for c in range(ovw):
+                    od[o, 2 + kw + dvw + c] = arena[a, c]
+                o += 1
+        if row_l < 0:
+            row_l = _new_row(tab, meta, -1 - row_l, tag_l, dd, r, 2, kw)
+        if _block_add(tab, arena, meta, row_l, 0, dd, r, e, 2 + kw, dvw, 1, j) != 0:
+            return OVF_ARR
+        r = e
+    pos[0] = nd
+    pos[2] = o
+    return o
+
+
 _JOIN_OVF = "join: a product of diffs overflows int64 (in a loop)"
 
 
@@ -847,6 +939,35 @@ def _join_trace(tab, arena, tag, bufs, cn, dx, nd, kw, dvw, ovw, delta_left, j, 
     cn[SC_REQ + 1] = o + max(pos[1], od.shape[0])
     cn[SC_REQ + 2] = o
     return RQ_GROW
+
+
+@list_leaf
+def _join_insert(tab, arena, meta, tr, tl, bufs, cn, dx, nd, kw, dvw, ovw, j, ob):
+    """:func:`_pairs_insert` of delta buffer ``dx`` into output buffer ``ob`` from row
+    ``cn[SC_JO]``, resuming at delta row ``cn[SC_JPOS]``; the new count goes to
+    ``cn[SC_JO]``. Returns DONE, a request (RQ_GROW, RQ_ROWS, RQ_ARENA), OVF_PAIR or
+    OVF_ARR."""
+    pos = cn[SC_JPOS:SC_JPOS + 3]
+    od = list_item(bufs, ob)
+    r = _pairs_insert(tab, arena, meta, tr, tl, list_item(bufs, dx), nd, kw, dvw, ovw,
+                      j, od, cn[SC_JO], pos)
+    if r >= 0:
+        cn[SC_JO] = r
+        return DONE
+    if r == OVF_PAIR or r == OVF_ARR:
+        return r
+    o = pos[2]
+    cn[SC_JO] = o
+    if r == NEED_OUT:
+        cn[SC_REQ] = ob
+        cn[SC_REQ + 1] = o + max(pos[1], od.shape[0])
+        cn[SC_REQ + 2] = o
+        return RQ_GROW
+    if r == NEED_ROWS:
+        cn[SC_REQ] = nd - pos[0]
+        return RQ_ROWS
+    cn[SC_REQ] = pos[1]
+    return RQ_ARENA
 
 
 @list_leaf
@@ -953,6 +1074,15 @@ def _step_join(nodes, lp, bufs, cn, tab, arena, meta, ln, t, j):
         cn[SC_JPOS] = 0
         stage = 1
     # (a request leaves the stage as it is, or past a stage the request completes)
+    if stage == 1 and owns and nl and tl != tr:
+        # dL x R and L += dL in one walk (_pairs_insert)
+        code = _join_insert(tab, arena, meta, tr, tl, bufs, cn, dl, nl, kw, lvw, rvw, j,
+                            ob)
+        if code != DONE:
+            cn[SC_STAGE] = 1
+            return code
+        cn[SC_JPOS] = 0
+        stage = 3
     if stage == 1:
         if nl:
             code = _join_trace(tab, arena, tr, bufs, cn, dl, nl, kw, lvw, rvw, True, j,
