@@ -109,7 +109,8 @@ def _trace_model(tab, arena, tag):
     return {(int(k[0]), int(e[0]), int(e[1])): int(e[2]) for k, e in zip(keys, ents)}
 
 
-@pytest.mark.parametrize("rows, od_rows, seed", [(16, 2, 1), (16, 2, 2), (200_000, 64, 3)])
+@pytest.mark.parametrize("rows, od_rows, seed",
+                         [(16, 2, 1), (16, 2, 2), (200_000, 64, 3)])
 def test_pairs_insert_pairs_then_inserts_each_key_and_resumes_after_a_request(
         rows, od_rows, seed):
     """``_pairs_insert`` (a join owning both traces, its left delta in one walk) gives
@@ -129,7 +130,8 @@ def test_pairs_insert_pairs_then_inserts_each_key_and_resumes_after_a_request(
         for k, v in zip(rng.integers(0, 300, 400), rng.integers(0, 50, 400)):
             rows_r[(int(k), int(v))] = rows_r.get((int(k), int(v)), 0) + 1
         rows_l = {(int(k), int(v)): int(f) for k, v, f in zip(
-            rng.integers(150, 450, 300), rng.integers(0, 10, 300), rng.integers(1, 3, 300))}
+            rng.integers(150, 450, 300), rng.integers(0, 10, 300),
+            rng.integers(1, 3, 300))}
         for tag, rws, model in ((tr, rows_r, right), (tl, rows_l, left)):
             dd = _sorted_delta(rws, it)
             tab, arena = H.insert_delta(tab, arena, meta, tag, 0, dd, len(dd), 1, 1, it,
@@ -162,7 +164,8 @@ def test_pairs_insert_pairs_then_inserts_each_key_and_resumes_after_a_request(
     asked = {sl.NEED_OUT: 0, sl.NEED_ROWS: 0, sl.NEED_ARENA: 0}
     while True:
         before = _trace_model(tab, arena, tl)
-        r = int(sl._pairs_insert(tab, arena, meta, tr, tl, dd, nd, 1, 1, 1, j, od, o, pos))
+        r = int(sl._pairs_insert(tab, arena, meta, tr, tl, dd, nd, 1, 1, 1, j, od, o,
+                                 pos))
         if r >= 0:
             o = r
             break
