@@ -41,7 +41,8 @@ A round ``j`` of outer time ``t`` steps the local nodes in order:
   delta update at ``j`` meets a trace entry at iteration ``i`` at ``max(j, i)``, so
   pairs with entries of later iterations are queued for later rounds. A join that
   owns both its arrangements inserts ``dL`` into ``L`` before pairing ``dR`` with
-  ``L`` (the ``dL x dR`` pairs come with it);
+  ``L`` (the ``dL x dR`` pairs come with it), pairing and inserting ``dL`` in one
+  walk over its keys (:func:`_pairs_insert`);
 * a *reduce* evaluates every key of its arrangement's delta and every key scheduled
   for ``j``: the input accumulated at iterations ``<= j`` goes through the logic and
   the output accumulated at ``<= j`` is corrected to it, at ``j``. A key evaluated at
@@ -1049,7 +1050,8 @@ def _insert(tab, arena, meta, bufs, cn, tag, dx, n, kw, vw, j):
 def _step_join(nodes, lp, bufs, cn, tab, arena, meta, ln, t, j):
     """A join's round, in stages (``cn[SC_STAGE]``): 0 start; 1 ``dL x R``; 2 ``L +=
     dL`` (a join owning both traces); 3 ``dR x L``; 4 ``R += dR`` (owning both) or
-    ``dL x dR``; 5 emit."""
+    ``dL x dR``; 5 emit. A join owning two distinct traces does stages 1 and 2 in one
+    walk (:func:`_pairs_insert`)."""
     la = nodes[ln, P_LEFT]
     ra = nodes[ln, P_RIGHT]
     dl = nodes[la, P_D]
