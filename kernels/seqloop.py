@@ -766,6 +766,38 @@ def _consolidate(b, n, w):
 # ---------------------------------------------------------------------------- join
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _pairs_of_row(dd, r, arena, off, ln, j, kw, dvw, ovw, delta_left, od, o):
+    """The pairs of delta row ``dd[r]`` with the ``ln`` trace entries at ``arena[off]``
+    into ``od`` from row ``o``: ``(max(j, entry's iteration), product, key, left vals,
+    right vals)``. Returns the new count, or -1 when a product overflows."""
+    IT = arena.shape[1] - 2
+    DF = arena.shape[1] - 1
+    d = dd[r, 1]
+    for x in range(ln):
+        e = off + x
+        f, ov = mul_checked(d, arena[e, DF])
+        if ov:
+            return np.int64(-1)
+        it = arena[e, IT]
+        od[o, 0] = it if it > j else j
+        od[o, 1] = f
+        for c in range(kw):
+            od[o, 2 + c] = dd[r, 2 + c]
+        if delta_left:
+            for c in range(dvw):
+                od[o, 2 + kw + c] = dd[r, 2 + kw + c]
+            for c in range(ovw):
+                od[o, 2 + kw + dvw + c] = arena[e, c]
+        else:
+            for c in range(ovw):
+                od[o, 2 + kw + c] = arena[e, c]
+            for c in range(dvw):
+                od[o, 2 + kw + ovw + c] = dd[r, 2 + kw + c]
+        o += 1
+    return o
+
+
 @leaf
 def _pairs_trace(tab, arena, tag, dd, nd, kw, dvw, ovw, delta_left, j, od, o, pos):
     """Pairs of delta rows ``dd[pos[0]:nd]`` (``(iteration, diff, key, vals)``, grouped
@@ -774,8 +806,6 @@ def _pairs_trace(tab, arena, tag, dd, nd, kw, dvw, ovw, delta_left, j, od, o, po
     vals)``. Returns the new count, NEED_OUT (``pos`` = resume row, rows needed, count
     so far) or OVF_PAIR."""
     KW = tab.shape[1] - RW_EXTRA
-    IT = arena.shape[1] - 2
-    DF = arena.shape[1] - 1
     cap = od.shape[0]
     pf = _pf_on(tab)
     r = pos[0]
@@ -800,28 +830,9 @@ def _pairs_trace(tab, arena, tag, dd, nd, kw, dvw, ovw, delta_left, j, od, o, po
             pos[1] = ln
             pos[2] = o
             return NEED_OUT
-        d = dd[r, 1]
-        for x in range(ln):
-            e = off + x
-            f, ov = mul_checked(d, arena[e, DF])
-            if ov:
-                return OVF_PAIR
-            it = arena[e, IT]
-            od[o, 0] = it if it > j else j
-            od[o, 1] = f
-            for c in range(kw):
-                od[o, 2 + c] = dd[r, 2 + c]
-            if delta_left:
-                for c in range(dvw):
-                    od[o, 2 + kw + c] = dd[r, 2 + kw + c]
-                for c in range(ovw):
-                    od[o, 2 + kw + dvw + c] = arena[e, c]
-            else:
-                for c in range(ovw):
-                    od[o, 2 + kw + c] = arena[e, c]
-                for c in range(dvw):
-                    od[o, 2 + kw + ovw + c] = dd[r, 2 + kw + c]
-            o += 1
+        o = _pairs_of_row(dd, r, arena, off, ln, j, kw, dvw, ovw, delta_left, od, o)
+        if o < 0:
+            return OVF_PAIR
         r += 1
     return o
 
@@ -841,8 +852,6 @@ def _pairs_insert(tab, arena, meta, tag_r, tag_l, dd, nd, kw, dvw, ovw, j, od, o
     table row) or NEED_ARENA (``pos[1]`` entries), each with ``pos[0]`` at the group
     and ``pos[2]`` the count so far; or OVF_PAIR / OVF_ARR."""
     KW = tab.shape[1] - RW_EXTRA
-    IT = arena.shape[1] - 2
-    DF = arena.shape[1] - 1
     cap = od.shape[0]
     pf = _pf_on(tab)
     r = pos[0]
@@ -893,20 +902,9 @@ def _pairs_insert(tab, arena, meta, tag_r, tag_l, dd, nd, kw, dvw, ovw, j, od, o
             pos[1] = ar
             return NEED_ARENA
         for x in range(r, e):
-            d = dd[x, 1]
-            for y in range(ln):
-                a = off + y
-                f, ov = mul_checked(d, arena[a, DF])
-                if ov:
-                    return OVF_PAIR
-                it = arena[a, IT]
-                od[o, 0] = it if it > j else j
-                od[o, 1] = f
-                for c in range(kw + dvw):
-                    od[o, 2 + c] = dd[x, 2 + c]
-                for c in range(ovw):
-                    od[o, 2 + kw + dvw + c] = arena[a, c]
-                o += 1
+            o = _pairs_of_row(dd, x, arena, off, ln, j, kw, dvw, ovw, True, od, o)
+            if o < 0:
+                return OVF_PAIR
         if row_l < 0:
             row_l = _new_row(tab, meta, -1 - row_l, tag_l, dd, r, 2, kw)
         if _block_add(tab, arena, meta, row_l, 0, dd, r, e, 2 + kw, dvw, 1, j) != 0:
