@@ -843,8 +843,9 @@ def _pairs_insert(tab, arena, meta, tag_r, tag_l, dd, nd, kw, dvw, ovw, j, od, o
     ``dd[pos[0]:nd]`` (rows ``(iteration, diff, key, vals)``, grouped by key), its pairs
     with the entries of trace ``tag_r`` under the key (as :func:`_pairs_trace` with
     ``delta_left``), then the group added to trace ``tag_l`` at iteration ``j`` (as
-    ``hstate._ins_apply``). Both rows of a key are found in one probe, and while a key
-    is worked on both blocks of the next one are prefetched, so that the right
+    ``hstate._ins_apply``). A key's two rows are neighbours (probes start from a hash of
+    the key alone), so the second lookup reads lines the first brought in; while a key
+    is worked on, both blocks of the next one are prefetched, so that the right
     block's miss and the left block's overlap (two walks had each wait on its own).
 
     Nothing of a key group is done before it has room. Returns the new count, or
