@@ -28,7 +28,10 @@ traces):
   line, and at scale each line a miss; HISTORY, thirty-second session.)
 * ``arena[acap, VW + 2]``: entries ``(vals padded to VW, iteration, diff)``; a key's
   block is sorted by ``(vals, iteration)`` with no zero diff and no two entries at
-  the same ``(vals, iteration)``.
+  the same ``(vals, iteration)``. The rows of a value-less ``distinct`` / ``top_k``'s
+  own trace hold one or two entries in the row itself instead (*inline*, see
+  :func:`flat_add`): most of its keys have no more, and such a key's visit then
+  reads no arena block.
 * ``meta``: counters (rows used, arena top, free entries, live entries, empty rows,
   epoch, key and value words, the free lists' scan bound), then the heads of the
   arena's free lists.
@@ -87,6 +90,8 @@ OVERFLOW = -1   # code: a diff sum overflows int64
 RW_EXTRA = 6    # row words besides the key: tag, 2 x (offset, length), stamp
 LEN_BITS = 40   # a block's length word: length | (size class + 1) << LEN_BITS
 LEN_MASK = (1 << LEN_BITS) - 1
+INLINE = 1 << 62   # a block-0 length word with this bit: the entries are in the row
+INLINE_MAX = 2     # (see "inline blocks" below)
 
 _LOAD_NUM = 5   # at most 5/8 of the table's rows are occupied
 _LOAD_DEN = 8
@@ -212,8 +217,10 @@ def _pf_slot(tab, src, si, kw):
 def _pf_block(tab, arena, row, blk):
     """Prefetch the first entry of block ``blk`` of ``row`` (nothing if ``row < 0``)."""
     KW = tab.shape[1] - RW_EXTRA
-    if row >= 0 and (tab[row, KW + 2 + 2 * blk] & LEN_MASK) > 0:
-        prefetch_row(arena, tab[row, KW + 1 + 2 * blk])
+    if row >= 0:
+        w = tab[row, KW + 2 + 2 * blk]
+        if (w & LEN_MASK) > 0 and (w & INLINE) == 0:
+            prefetch_row(arena, tab[row, KW + 1 + 2 * blk])
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -488,7 +495,7 @@ def _compact_into(tab, arena, out):
     top = np.int64(0)
     ew = arena.shape[1]
     for r in range(tab.shape[0]):
-        if tab[r, 0] == 0:
+        if tab[r, 0] == 0 or (tab[r, KW + 2] & INLINE) != 0:
             continue
         for b in range(2):
             c = KW + 1 + 2 * b
@@ -764,6 +771,175 @@ def _shrink(arena, meta, off, cp, ln, fresh):
     return off, cp
 
 
+# ------------------------------------------------------------------ inline blocks
+#
+# A value-less ``distinct`` / ``top_k`` that owns its arrangement (the flat path of
+# seqloop._reduce_keys) keeps per key only ``(iteration, diff)`` entries, mostly one or
+# two (N=1e6 reachability: 45% of its keys hold one, 35% two), and no output block.
+# Such a row keeps up to INLINE_MAX entries in its own words instead of an arena
+# chunk, so that visiting the key reads its table row and no block elsewhere: block
+# 0's length word holds INLINE and the count; entry 0 is (block 0's offset word, block
+# 1's offset word), entry 1 (block 1's length word, the stamp), as ``(iteration,
+# diff)``. Only those kernels write such rows (flat_add), and the rest of this module
+# leaves them alone: no chunk to compact (_compact_into), never empty (_rehash), no
+# block to prefetch (_pf_block). A row of more entries has an arena block as usual,
+# and goes back inline once its block has INLINE_MAX entries or fewer.
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _inl_entry(tab, row, k):
+    """Inline entry ``k`` (0 or 1) of ``row``: ``(iteration, diff)``."""
+    KW = tab.shape[1] - RW_EXTRA
+    if k == 0:
+        return tab[row, KW + 1], tab[row, KW + 3]
+    return tab[row, KW + 4], tab[row, KW + 5]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _set_inline(tab, row, n, i0, d0, i1, d1):
+    """Block 0 of ``row`` := ``n`` (1 or 2) inline entries ``(i0, d0)``, ``(i1, d1)``."""
+    KW = tab.shape[1] - RW_EXTRA
+    tab[row, KW + 1] = i0
+    tab[row, KW + 2] = INLINE | n
+    tab[row, KW + 3] = d0
+    tab[row, KW + 4] = i1
+    tab[row, KW + 5] = d1
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _set_chunk(tab, row, off, lw):
+    """Block 0 of ``row`` := the arena block at ``off`` of length word ``lw``; block 1
+    empty, no stamp (the words an inline row used)."""
+    KW = tab.shape[1] - RW_EXTRA
+    tab[row, KW + 1] = off
+    tab[row, KW + 2] = lw
+    tab[row, KW + 3] = -1
+    tab[row, KW + 4] = 0
+    tab[row, KW + 5] = -1
+
+
+@njit(cache=True, nogil=True, inline="always")
+def flat_need(tab, row):
+    """Arena entries at the top that :func:`flat_history` and :func:`flat_add` may
+    take for one entry added to flat row ``row`` (-1: none yet)."""
+    if row < 0:
+        return np.int64(0)
+    w = tab[row, tab.shape[1] - RW_EXTRA + 2]
+    if (w & INLINE) != 0:
+        return _cap(INLINE_MAX + 1)     # scratch first, then maybe a chunk
+    if (w & LEN_MASK) == 0:
+        return np.int64(0)
+    return _block_need(tab, row, 0, 1)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def flat_history(tab, arena, meta, row):
+    """``(offset, length)`` of the entries of flat row ``row`` in the arena: an inline
+    row's are copied (iteration and diff) to scratch at the arena's top, which
+    :func:`flat_need` made room for and nothing reads (``(0, 0)`` for ``row < 0``)."""
+    if row < 0:
+        return np.int64(0), np.int64(0)
+    KW = tab.shape[1] - RW_EXTRA
+    w = tab[row, KW + 2]
+    n = w & LEN_MASK
+    if (w & INLINE) == 0:
+        return tab[row, KW + 1], n
+    top = meta[M_TOP]
+    IT = arena.shape[1] - 2
+    for k in range(n):
+        it, d = _inl_entry(tab, row, k)
+        arena[top + k, IT] = it
+        arena[top + k, IT + 1] = d
+    return top, n
+
+
+@njit(cache=True, nogil=True, inline="always")
+def flat_add(tab, arena, meta, row, it, src, x, c0, vw):
+    """Add the entry ``(it, src[x, 1])`` (no vals: ``src[x, c0:c0 + vw]`` are zeros)
+    to flat row ``row``, inline while it holds INLINE_MAX entries or fewer (room:
+    :func:`flat_need`). Returns 0 or OVERFLOW."""
+    KW = tab.shape[1] - RW_EXTRA
+    IT = arena.shape[1] - 2
+    w = tab[row, KW + 2]
+    n0 = w & LEN_MASK
+    if (w & INLINE) == 0 and n0 > 0:
+        if _block_add(tab, arena, meta, row, 0, src, x, x + 1, c0, vw, 1, it) == OVERFLOW:
+            return OVERFLOW
+        n = blen(tab, row, 0)
+        if n == 0 or n > INLINE_MAX:
+            return 0
+        off = tab[row, KW + 1]
+        i0 = arena[off, IT]
+        d0 = arena[off, IT + 1]
+        i1 = np.int64(0)
+        d1 = np.int64(0)
+        if n > 1:
+            i1 = arena[off + 1, IT]
+            d1 = arena[off + 1, IT + 1]
+        _free(arena, meta, off, bcap(tab, row, 0))
+        _set_inline(tab, row, n, i0, d0, i1, d1)
+        return 0
+    d = src[x, 1]
+    if d == 0:
+        return 0
+    # inline or empty: the entries (at most INLINE_MAX + 1) in registers, ascending
+    i0, d0 = _inl_entry(tab, row, 0)
+    i1, d1 = _inl_entry(tab, row, 1)
+    i2 = np.int64(0)
+    d2 = np.int64(0)
+    n = n0
+    if n >= 1 and i0 == it:
+        d0, ov = add_checked(d0, d)
+        if ov:
+            return OVERFLOW
+        if d0 == 0:
+            i0, d0 = i1, d1
+            n -= 1
+    elif n >= 2 and i1 == it:
+        d1, ov = add_checked(d1, d)
+        if ov:
+            return OVERFLOW
+        if d1 == 0:
+            n -= 1
+    elif n == 0:
+        i0, d0 = it, d
+        n = 1
+    elif it < i0:
+        i2, d2 = i1, d1
+        i1, d1 = i0, d0
+        i0, d0 = it, d
+        n += 1
+    elif n == 1 or it < i1:
+        i2, d2 = i1, d1
+        i1, d1 = it, d
+        n += 1
+    else:
+        i2, d2 = it, d
+        n += 1
+    meta[M_LIVE] += n - n0
+    if n == 0:
+        _set_chunk(tab, row, -1, 0)
+        meta[M_EMPTY] += 1
+    elif n <= INLINE_MAX:
+        _set_inline(tab, row, n, i0, d0, i1, d1)
+        if n0 == 0:
+            meta[M_EMPTY] -= 1
+    else:
+        cp = _cap(n)
+        off = _alloc(arena, meta, cp)
+        for e in range(n):
+            for c in range(IT):
+                arena[off + e, c] = 0
+        arena[off, IT] = i0
+        arena[off, IT + 1] = d0
+        arena[off + 1, IT] = i1
+        arena[off + 1, IT + 1] = d1
+        arena[off + 2, IT] = i2
+        arena[off + 2, IT + 1] = d2
+        _set_chunk(tab, row, off, _len_word(n, cp))
+    return 0
+
+
 # ------------------------------------------------------------------ delta insertion
 #
 # A *delta* is a buffer of rows ``(iteration, diff, key, vals)`` sorted by (key,
@@ -886,6 +1062,12 @@ def read_key(tab, arena, row, blk):
     KW = tab.shape[1] - RW_EXTRA
     if row < 0:
         return np.empty((0, arena.shape[1]), np.int64)
+    if (tab[row, KW + 2] & INLINE) != 0:
+        n = blen(tab, row, 0) if blk == 0 else np.int64(0)
+        out = np.zeros((n, arena.shape[1]), np.int64)
+        for k in range(n):
+            out[k, -2], out[k, -1] = _inl_entry(tab, row, k)
+        return out
     off = tab[row, KW + 1 + 2 * blk]
     ln = blen(tab, row, blk)
     return arena[off:off + ln].copy()
@@ -895,23 +1077,21 @@ def read_key(tab, arena, row, blk):
 def dump(tab, arena, tag, kw, blk):
     """Every entry of block ``blk`` of trace ``tag`` as ``(keys[n, kw], entries[n,
     VW + 2])``, in table order (for tests and statistics)."""
-    KW = tab.shape[1] - RW_EXTRA
     n = np.int64(0)
     for r in range(tab.shape[0]):
         if tab[r, 0] == tag:
-            n += blen(tab, r, blk)
+            n += read_key(tab, arena, r, blk).shape[0]
     keys = np.empty((n, kw), np.int64)
     ents = np.empty((n, arena.shape[1]), np.int64)
     o = np.int64(0)
     for r in range(tab.shape[0]):
         if tab[r, 0] != tag:
             continue
-        off = tab[r, KW + 1 + 2 * blk]
-        for e in range(blen(tab, r, blk)):
+        e = read_key(tab, arena, r, blk)
+        for k in range(e.shape[0]):
             for c in range(kw):
                 keys[o, c] = tab[r, 1 + c]
-            for c in range(arena.shape[1]):
-                ents[o, c] = arena[off + e, c]
+            ents[o] = e[k]
             o += 1
     return keys, ents
 

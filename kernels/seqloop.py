@@ -87,7 +87,7 @@ from .batch import sort_consolidate
 from .hooks import _cb_warn, loop_call_due, release_rows
 from .hstate import (M_EPOCH, M_TOP, OVERFLOW, RW_EXTRA, _block_add, _block_need,
                      _find, _ins_apply, _new_row, blen, ensure_entries, ensure_rows,
-                     insert_from, rows_room)
+                     flat_add, flat_history, flat_need, insert_from, rows_room)
 from .hstate import PF_AHEAD, _move_rows, _move_step, _pf_block, _pf_on, _pf_slot
 from .hstate import _same_key as _same
 from .reduce import L_COUNT, L_DISTINCT, L_MAX, L_MIN, L_SUM, L_TOP_K
@@ -1360,20 +1360,18 @@ def _reduce_keys(tab, arena, meta, tag_in, tag_out, blk, kw, vw, ow, logic, lpar
                 continue
             if row_in < 0 and fused:
                 row_in = _new_row(tab, meta, -1 - row_in, tag_in, src, si, 2, kw)
-            off_in = np.int64(0)
-            ln_in = np.int64(0)
-            if row_in >= 0:
-                off_in = tab[row_in, KW + 1]
-                ln_in = blen(tab, row_in, 0)
+            ln_in = blen(tab, row_in, 0) if row_in >= 0 else np.int64(0)
             ncmax = ln_in + 1
             if nc[0] + ncmax > cd.shape[0]:
                 pos[1] = ncmax
                 return NEED_OUT
             if fused:
-                ar = _block_need(tab, row_in, 0, m)
+                # (its rows may hold their entries inline: hstate.flat_add)
+                ar = flat_need(tab, row_in)
                 if meta[M_TOP] + ar > arena.shape[0]:
                     pos[1] = ar
                     return NEED_ARENA
+            off_in, ln_in = flat_history(tab, arena, meta, row_in)
             qc[2] += 1
             dsum = np.int64(0)
             for x in range(p0, e):
@@ -1386,8 +1384,7 @@ def _reduce_keys(tab, arena, meta, tag_in, tag_out, blk, kw, vw, ow, logic, lpar
                 return code
             nc[0] = o
             if fused:
-                if _block_add(tab, arena, meta, row_in, 0, dd, p0, e, 2 + kw, vw, 1, j) \
-                        == OVERFLOW:
+                if flat_add(tab, arena, meta, row_in, j, dd, p0, 2 + kw, vw) == OVERFLOW:
                     return OVF_IN
             pos[0] = e
             continue

@@ -4,6 +4,7 @@ sortedness of every block, and overflow reporting."""
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
+from numba import njit
 
 from ddnumba.kernels import hstate as H
 from ddnumba.kernels.hooks import (HUGE_BYTES, LINE_BYTES, RELEASE_ALIGN, RELEASES_PAGES,
@@ -60,7 +61,7 @@ def _check_space(tab, arena, meta):
     KW = tab.shape[1] - H.RW_EXTRA
     spans = []
     for r in range(tab.shape[0]):
-        if tab[r, 0]:
+        if tab[r, 0] and not tab[r, KW + 2] & H.INLINE:
             for blk in (0, 1):
                 ln = int(H.blen(tab, r, blk))
                 cap = int(H.bcap(tab, r, blk))
@@ -700,3 +701,98 @@ def test_hstate_overflow_raises():
     with pytest.raises(OverflowError, match="a count overflows"):
         H.insert_delta(tab, arena, meta, 1, 0, np.array([[0, 1, 1]], np.int64), 1, 1, 0,
                        0, "distinct: a count overflows int64")
+
+
+# ------------------------------------------------------------------ inline rows
+
+
+@njit(cache=True)
+def _flat_step(tab, arena, meta, tag, dd, x, kw):
+    """One row of ``dd`` (``(iteration, diff, key)``) into flat trace ``tag`` the way
+    seqloop._reduce_keys's flat path adds it (room first, then the history, then
+    the entry); returns ``(tab, arena, code, the history before it)``."""
+    tab = H.ensure_rows(tab, meta, 1)
+    r = H._find(tab, tag, dd, x, 2, kw)
+    if r < 0:
+        r = H._new_row(tab, meta, -1 - r, tag, dd, x, 2, kw)
+    arena = H.ensure_entries(tab, arena, meta, H.flat_need(tab, r))
+    off, ln = H.flat_history(tab, arena, meta, r)
+    hist = arena[off:off + ln, -2:].copy()
+    code = H.flat_add(tab, arena, meta, r, dd[x, 0], dd, x, 2 + kw, 0)
+    return tab, arena, code, hist
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), keys=st.sampled_from([1, 4, 60]),
+       its=st.sampled_from([2, 5]), gc_every=st.sampled_from([1, 9, 1000]))
+def test_flat_rows_inline_match_a_dictionary(seed, keys, its, gc_every):
+    """Entries added one at a time to a value-less reduce's own trace (seqloop's flat
+    path) against a dictionary, next to an ordinary trace in the same table: a row of
+    one or two entries holds them inline, a third moves them to an arena chunk, and
+    the chunk is given up once two or fewer are left; cancelling entries empty the
+    row; gc and compaction keep inline rows as they are. Every row's history as the
+    flat path reads it is its entries so far, in iteration order."""
+    rng = np.random.default_rng(seed)
+    tab, arena, meta = H.new_state(1, 1)
+    model = {}
+    other = {}
+    for step in range(400):
+        if rng.random() < 0.1:       # an ordinary trace sharing the table (tag 3)
+            k = int(rng.integers(0, keys))
+            dd = np.array([[1, int(rng.integers(1, 3)), k, 7]], np.int64)
+            tab, arena = H.insert_delta(tab, arena, meta, 3, 0, dd, 1, 1, 1, 1, "x")
+            other[k] = other.get(k, 0) + int(dd[0, 1])
+            continue
+        k = int(rng.integers(0, keys))
+        it = int(rng.integers(0, its))
+        d = int(rng.choice([-2, -1, 1, 2]))
+        dd = np.array([[it, d, k]], np.int64)
+        hist = sorted(model.get(k, {}).items())
+        tab, arena, code, got = _flat_step(tab, arena, meta, 5, dd, 0, 1)
+        assert code == 0
+        assert [tuple(map(int, e)) for e in got] == hist
+        h = model.setdefault(k, {})
+        h[it] = h.get(it, 0) + d
+        if h[it] == 0:
+            del h[it]
+        r = int(H.find_rows(tab, 5, np.array([[k]]), 1)[0])
+        KW = tab.shape[1] - H.RW_EXTRA
+        assert bool(tab[r, KW + 2] & H.INLINE) == (1 <= len(h) <= H.INLINE_MAX)
+        if step % gc_every == gc_every - 1:
+            tab, arena = H.gc(tab, arena, meta)
+    for tb, ar in ((tab, arena), H.gc(tab, arena, meta)):
+        keys_, ents = H.dump(tb, ar, 5, 1, 0)
+        got = {}
+        for kk, e in zip(keys_, ents):
+            got.setdefault(int(kk[0]), {})[int(e[-2])] = int(e[-1])
+            assert e[0] == 0 and e[-1] != 0
+        assert got == {k: h for k, h in model.items() if h}
+        live = sum(len(h) for h in model.values()) + sum(1 for v in other.values() if v)
+        assert H.records(meta) == live
+        KW = tb.shape[1] - H.RW_EXTRA
+        empty = sum(1 for r in range(tb.shape[0]) if tb[r, 0]
+                    and H.blen(tb, r, 0) == 0 and H.blen(tb, r, 1) == 0)
+        assert meta[H.M_EMPTY] == empty
+        assert all(H.blen(tb, r, 1) == 0 for r in range(tb.shape[0])
+                   if tb[r, 0] == 5 and not tb[r, KW + 2] & H.INLINE)
+        _check_space(tb, ar, meta)
+    _, ents = H.dump(tab, arena, 3, 1, 0)
+    assert sorted(int(e[-1]) for e in ents) == sorted(v for v in other.values() if v)
+
+
+def test_flat_row_overflow_is_reported_inline_and_in_a_chunk():
+    """A diff sum leaving int64 is reported (OVERFLOW), not wrapped, whether the row
+    holds its entries inline or in an arena chunk, and the row is left as it was."""
+    big = np.iinfo(np.int64).max
+    for n in (1, 2, 3):
+        tab, arena, meta = H.new_state(1, 0)
+        for it in range(n):
+            tab, arena, code, _ = _flat_step(tab, arena, meta, 1,
+                                             np.array([[it, big, 4]], np.int64), 0, 1)
+            assert code == 0
+        before = H.read_key(tab, arena, int(H.find_rows(tab, 1, np.array([[4]]), 1)[0]), 0)
+        tab, arena, code, _ = _flat_step(tab, arena, meta, 1,
+                                         np.array([[n - 1, 1, 4]], np.int64), 0, 1)
+        assert code == H.OVERFLOW
+        r = int(H.find_rows(tab, 1, np.array([[4]]), 1)[0])
+        assert H.read_key(tab, arena, r, 0).tolist() == before.tolist()
