@@ -821,7 +821,7 @@ def _set_chunk(tab, row, off, lw):
 @njit(cache=True, nogil=True, inline="always")
 def flat_need(tab, row):
     """Arena entries at the top that :func:`flat_history` and :func:`flat_add` may
-    take for one entry added to flat row ``row`` (-1: none yet)."""
+    take for one entry added to flat row ``row`` (0 for ``row < 0``: no row yet)."""
     if row < 0:
         return np.int64(0)
     w = tab[row, tab.shape[1] - RW_EXTRA + 2]
