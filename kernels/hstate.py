@@ -29,7 +29,7 @@ traces):
 * ``arena[acap, VW + 2]``: entries ``(vals padded to VW, iteration, diff)``; a key's
   block is sorted by ``(vals, iteration)`` with no zero diff and no two entries at
   the same ``(vals, iteration)``. The rows of a value-less ``distinct`` / ``top_k``'s
-  own trace hold one or two entries in the row itself instead (*inline*, see
+  own trace hold up to three entries in the row itself instead (*inline*, see
   :func:`flat_add`): most of its keys have no more, and such a key's visit then
   reads no arena block.
 * ``meta``: counters (rows used, arena top, free entries, live entries, empty rows,
@@ -91,7 +91,10 @@ RW_EXTRA = 6    # row words besides the key: tag, 2 x (offset, length), stamp
 LEN_BITS = 40   # a block's length word: length | (size class + 1) << LEN_BITS
 LEN_MASK = (1 << LEN_BITS) - 1
 INLINE = 1 << 62   # a block-0 length word with this bit: the entries are in the row
-INLINE_MAX = 2     # (see "inline blocks" below)
+INLINE_MAX = 3     # (see "inline blocks" below)
+INL_COUNT = 3      # an inline length word's entry count (its low bits)
+INL_MASK = (1 << 30) - 1   # the third inline entry's iteration and diff: 30 bits each
+INL_DLIM = 1 << 29         # (an iteration below 2**30, a diff in [-2**29, 2**29))
 
 _LOAD_NUM = 5   # at most 5/8 of the table's rows are occupied
 _LOAD_DEN = 8
@@ -774,33 +777,50 @@ def _shrink(arena, meta, off, cp, ln, fresh):
 # ------------------------------------------------------------------ inline blocks
 #
 # A value-less ``distinct`` / ``top_k`` that owns its arrangement (the flat path of
-# seqloop._reduce_keys) keeps per key only ``(iteration, diff)`` entries, mostly one or
-# two (N=1e6 reachability: 45% of its keys hold one, 35% two), and no output block.
-# Such a row keeps up to INLINE_MAX entries in its own words instead of an arena
-# chunk, so that visiting the key reads its table row and no block elsewhere: block
-# 0's length word holds INLINE and the count; entry 0 is (block 0's offset word, block
-# 1's offset word), entry 1 (block 1's length word, the stamp), as ``(iteration,
-# diff)``. Only those kernels write such rows (flat_add), and the rest of this module
-# leaves them alone: no chunk to compact (_compact_into), never empty (_rehash), no
-# block to prefetch (_pf_block). A row of more entries has an arena block as usual,
-# and goes back inline once its block has INLINE_MAX entries or fewer.
+# seqloop._reduce_keys) keeps per key only ``(iteration, diff)`` entries, mostly one to
+# three (N=1e6 reachability: 45% of its keys hold one, 35% two, 15% three), and no
+# output block. Such a row keeps up to INLINE_MAX entries in its own words instead of
+# an arena chunk, so that visiting the key reads its table row and no block elsewhere:
+# block 0's length word holds INLINE and the count (its low bits); entry 0 is (block
+# 0's offset word, block 1's offset word), entry 1 (block 1's length word, the stamp),
+# as ``(iteration, diff)``; a third entry is packed into the length word, 30 bits of
+# iteration above the count and 30 of diff above those, when both fit (else the row
+# keeps a chunk). Only those kernels write such rows (flat_add), and the rest of this
+# module leaves them alone: no chunk to compact (_compact_into), never empty
+# (_rehash: the count bits are never zero), no block to prefetch (_pf_block). A row of
+# more entries has an arena block as usual, and goes back inline once its block has
+# INLINE_MAX entries or fewer (that fit).
 
 
 @njit(cache=True, nogil=True, inline="always")
 def _inl_entry(tab, row, k):
-    """Inline entry ``k`` (0 or 1) of ``row``: ``(iteration, diff)``."""
+    """Inline entry ``k`` (0, 1 or 2) of ``row``: ``(iteration, diff)``."""
     KW = tab.shape[1] - RW_EXTRA
     if k == 0:
         return tab[row, KW + 1], tab[row, KW + 3]
-    return tab[row, KW + 4], tab[row, KW + 5]
+    if k == 1:
+        return tab[row, KW + 4], tab[row, KW + 5]
+    w = tab[row, KW + 2]
+    d = (w >> 32) & INL_MASK
+    return (w >> 2) & INL_MASK, (d ^ INL_DLIM) - INL_DLIM
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _set_inline(tab, row, n, i0, d0, i1, d1):
-    """Block 0 of ``row`` := ``n`` (1 or 2) inline entries ``(i0, d0)``, ``(i1, d1)``."""
+def _inl_fits(it, d):
+    """Whether ``(it, d)`` can be a row's third inline entry."""
+    return it >= 0 and it <= INL_MASK and d >= -INL_DLIM and d < INL_DLIM
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _set_inline(tab, row, n, i0, d0, i1, d1, i2, d2):
+    """Block 0 of ``row`` := ``n`` (1 to 3) inline entries ``(i0, d0)``, ``(i1, d1)``,
+    ``(i2, d2)`` (the third must fit: :func:`_inl_fits`)."""
     KW = tab.shape[1] - RW_EXTRA
+    w = INLINE | n
+    if n == 3:
+        w |= (i2 << 2) | ((d2 & INL_MASK) << 32)
     tab[row, KW + 1] = i0
-    tab[row, KW + 2] = INLINE | n
+    tab[row, KW + 2] = w
     tab[row, KW + 3] = d0
     tab[row, KW + 4] = i1
     tab[row, KW + 5] = d1
@@ -816,6 +836,15 @@ def _set_chunk(tab, row, off, lw):
     tab[row, KW + 3] = -1
     tab[row, KW + 4] = 0
     tab[row, KW + 5] = -1
+
+
+@njit(cache=True, nogil=True, inline="always")
+def flat_len(tab, row):
+    """The entries of flat row ``row`` (inline or in a block)."""
+    w = tab[row, tab.shape[1] - RW_EXTRA + 2]
+    if (w & INLINE) != 0:
+        return w & INL_COUNT
+    return w & LEN_MASK
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -841,9 +870,9 @@ def flat_history(tab, arena, meta, row):
         return np.int64(0), np.int64(0)
     KW = tab.shape[1] - RW_EXTRA
     w = tab[row, KW + 2]
-    n = w & LEN_MASK
     if (w & INLINE) == 0:
-        return tab[row, KW + 1], n
+        return tab[row, KW + 1], w & LEN_MASK
+    n = w & INL_COUNT
     top = meta[M_TOP]
     IT = arena.shape[1] - 2
     for k in range(n):
@@ -856,13 +885,12 @@ def flat_history(tab, arena, meta, row):
 @njit(cache=True, nogil=True, inline="always")
 def flat_add(tab, arena, meta, row, it, src, x, c0, vw):
     """Add the entry ``(it, src[x, 1])`` (no vals: ``src[x, c0:c0 + vw]`` are zeros)
-    to flat row ``row``, inline while it holds INLINE_MAX entries or fewer (room:
-    :func:`flat_need`). Returns 0 or OVERFLOW."""
+    to flat row ``row``, inline while it holds INLINE_MAX entries or fewer that fit
+    (room: :func:`flat_need`). Returns 0 or OVERFLOW."""
     KW = tab.shape[1] - RW_EXTRA
     IT = arena.shape[1] - 2
     w = tab[row, KW + 2]
-    n0 = w & LEN_MASK
-    if (w & INLINE) == 0 and n0 > 0:
+    if (w & INLINE) == 0 and (w & LEN_MASK) > 0:
         if _block_add(tab, arena, meta, row, 0, src, x, x + 1, c0, vw, 1, it) == OVERFLOW:
             return OVERFLOW
         n = blen(tab, row, 0)
@@ -873,55 +901,83 @@ def flat_add(tab, arena, meta, row, it, src, x, c0, vw):
         d0 = arena[off, IT + 1]
         i1 = np.int64(0)
         d1 = np.int64(0)
+        i2 = np.int64(0)
+        d2 = np.int64(0)
         if n > 1:
             i1 = arena[off + 1, IT]
             d1 = arena[off + 1, IT + 1]
+        if n > 2:
+            i2 = arena[off + 2, IT]
+            d2 = arena[off + 2, IT + 1]
+            if not _inl_fits(i2, d2):
+                return 0
         _free(arena, meta, off, bcap(tab, row, 0))
-        _set_inline(tab, row, n, i0, d0, i1, d1)
+        _set_inline(tab, row, n, i0, d0, i1, d1, i2, d2)
         return 0
     d = src[x, 1]
     if d == 0:
         return 0
     # inline or empty: the entries (at most INLINE_MAX + 1) in registers, ascending
+    n0 = np.int64(0)
+    if (w & INLINE) != 0:
+        n0 = w & INL_COUNT
+    n = n0
     i0, d0 = _inl_entry(tab, row, 0)
     i1, d1 = _inl_entry(tab, row, 1)
     i2 = np.int64(0)
     d2 = np.int64(0)
-    n = n0
+    if n == 3:
+        i2, d2 = _inl_entry(tab, row, 2)
+    i3 = np.int64(0)
+    d3 = np.int64(0)
     if n >= 1 and i0 == it:
         d0, ov = add_checked(d0, d)
         if ov:
             return OVERFLOW
         if d0 == 0:
             i0, d0 = i1, d1
+            i1, d1 = i2, d2
             n -= 1
     elif n >= 2 and i1 == it:
         d1, ov = add_checked(d1, d)
         if ov:
             return OVERFLOW
         if d1 == 0:
+            i1, d1 = i2, d2
+            n -= 1
+    elif n >= 3 and i2 == it:
+        d2, ov = add_checked(d2, d)
+        if ov:
+            return OVERFLOW
+        if d2 == 0:
             n -= 1
     elif n == 0:
         i0, d0 = it, d
         n = 1
     elif it < i0:
+        i3, d3 = i2, d2
         i2, d2 = i1, d1
         i1, d1 = i0, d0
         i0, d0 = it, d
         n += 1
     elif n == 1 or it < i1:
+        i3, d3 = i2, d2
         i2, d2 = i1, d1
         i1, d1 = it, d
         n += 1
-    else:
+    elif n == 2 or it < i2:
+        i3, d3 = i2, d2
         i2, d2 = it, d
+        n += 1
+    else:
+        i3, d3 = it, d
         n += 1
     meta[M_LIVE] += n - n0
     if n == 0:
         _set_chunk(tab, row, -1, 0)
         meta[M_EMPTY] += 1
-    elif n <= INLINE_MAX:
-        _set_inline(tab, row, n, i0, d0, i1, d1)
+    elif n < 3 or (n == 3 and _inl_fits(i2, d2)):
+        _set_inline(tab, row, n, i0, d0, i1, d1, i2, d2)
         if n0 == 0:
             meta[M_EMPTY] -= 1
     else:
@@ -936,6 +992,9 @@ def flat_add(tab, arena, meta, row, it, src, x, c0, vw):
         arena[off + 1, IT + 1] = d1
         arena[off + 2, IT] = i2
         arena[off + 2, IT + 1] = d2
+        if n == 4:
+            arena[off + 3, IT] = i3
+            arena[off + 3, IT + 1] = d3
         _set_chunk(tab, row, off, _len_word(n, cp))
     return 0
 
@@ -1063,7 +1122,7 @@ def read_key(tab, arena, row, blk):
     if row < 0:
         return np.empty((0, arena.shape[1]), np.int64)
     if (tab[row, KW + 2] & INLINE) != 0:
-        n = blen(tab, row, 0) if blk == 0 else np.int64(0)
+        n = flat_len(tab, row) if blk == 0 else np.int64(0)
         out = np.zeros((n, arena.shape[1]), np.int64)
         for k in range(n):
             out[k, -2], out[k, -1] = _inl_entry(tab, row, k)

@@ -87,7 +87,8 @@ from .batch import sort_consolidate
 from .hooks import _cb_warn, loop_call_due, release_rows
 from .hstate import (M_EPOCH, M_TOP, OVERFLOW, RW_EXTRA, _block_add, _block_need,
                      _find, _ins_apply, _new_row, blen, ensure_entries, ensure_rows,
-                     flat_add, flat_history, flat_need, insert_from, rows_room)
+                     flat_add, flat_history, flat_len, flat_need, insert_from,
+                     rows_room)
 from .hstate import PF_AHEAD, _move_rows, _move_step, _pf_block, _pf_on, _pf_slot
 from .hstate import _same_key as _same
 from .reduce import L_COUNT, L_DISTINCT, L_MAX, L_MIN, L_SUM, L_TOP_K
@@ -1360,7 +1361,7 @@ def _reduce_keys(tab, arena, meta, tag_in, tag_out, blk, kw, vw, ow, logic, lpar
                 continue
             if row_in < 0 and fused:
                 row_in = _new_row(tab, meta, -1 - row_in, tag_in, src, si, 2, kw)
-            ln_in = blen(tab, row_in, 0) if row_in >= 0 else np.int64(0)
+            ln_in = flat_len(tab, row_in) if row_in >= 0 else np.int64(0)
             ncmax = ln_in + 1
             if nc[0] + ncmax > cd.shape[0]:
                 pos[1] = ncmax

@@ -722,16 +722,29 @@ def _flat_step(tab, arena, meta, tag, dd, x, kw):
     return tab, arena, code, hist
 
 
-@settings(max_examples=30, deadline=None)
+def _fits_inline(h):
+    """Whether a flat row's history ``{iteration: diff}`` is kept inline: one or two
+    entries, or three whose last has an iteration below 2**30 and a diff in
+    [-2**29, 2**29)."""
+    if len(h) == 3:
+        it, d = max(h.items())
+        return 0 <= it < 2**30 and -2**29 <= d < 2**29
+    return 1 <= len(h) <= 2
+
+
+@settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), keys=st.sampled_from([1, 4, 60]),
-       its=st.sampled_from([2, 5]), gc_every=st.sampled_from([1, 9, 1000]))
-def test_flat_rows_inline_match_a_dictionary(seed, keys, its, gc_every):
+       its=st.sampled_from([2, 3, 5]), gc_every=st.sampled_from([1, 9, 1000]),
+       wide=st.booleans())
+def test_flat_rows_inline_match_a_dictionary(seed, keys, its, gc_every, wide):
     """Entries added one at a time to a value-less reduce's own trace (seqloop's flat
     path) against a dictionary, next to an ordinary trace in the same table: a row of
-    one or two entries holds them inline, a third moves them to an arena chunk, and
-    the chunk is given up once two or fewer are left; cancelling entries empty the
-    row; gc and compaction keep inline rows as they are. Every row's history as the
-    flat path reads it is its entries so far, in iteration order."""
+    one to three entries holds them inline (the third packed into the length word when
+    its iteration and diff fit, ``wide`` draws some that do not), a fourth moves them
+    to an arena chunk, and the chunk is given up once it holds three or fewer that
+    fit; cancelling entries empty the row; gc and compaction keep inline rows as they
+    are. Every row's history as the flat path reads it is its entries so far, in
+    iteration order."""
     rng = np.random.default_rng(seed)
     tab, arena, meta = H.new_state(1, 1)
     model = {}
@@ -746,6 +759,10 @@ def test_flat_rows_inline_match_a_dictionary(seed, keys, its, gc_every):
         k = int(rng.integers(0, keys))
         it = int(rng.integers(0, its))
         d = int(rng.choice([-2, -1, 1, 2]))
+        if wide and rng.random() < 0.3:
+            # iterations and diffs at and past the packed third entry's bounds
+            it = int(rng.choice([it, 2**30 - 1, 2**30, 2**31 + it]))
+            d = int(rng.choice([2**29 - 1, -2**29, 2**29, -2**29 - 1, 2**40, -2**40]))
         dd = np.array([[it, d, k]], np.int64)
         hist = sorted(model.get(k, {}).items())
         tab, arena, code, got = _flat_step(tab, arena, meta, 5, dd, 0, 1)
@@ -757,7 +774,8 @@ def test_flat_rows_inline_match_a_dictionary(seed, keys, its, gc_every):
             del h[it]
         r = int(H.find_rows(tab, 5, np.array([[k]]), 1)[0])
         KW = tab.shape[1] - H.RW_EXTRA
-        assert bool(tab[r, KW + 2] & H.INLINE) == (1 <= len(h) <= H.INLINE_MAX)
+        assert bool(tab[r, KW + 2] & H.INLINE) == _fits_inline(h)
+        assert H.flat_len(tab, r) == len(h)
         if step % gc_every == gc_every - 1:
             tab, arena = H.gc(tab, arena, meta)
     for tb, ar in ((tab, arena), H.gc(tab, arena, meta)):
@@ -780,19 +798,55 @@ def test_flat_rows_inline_match_a_dictionary(seed, keys, its, gc_every):
     assert sorted(int(e[-1]) for e in ents) == sorted(v for v in other.values() if v)
 
 
+def _flat_row(diffs):
+    """A flat trace whose key 4 holds ``diffs`` at iterations 0, 1, ...: ``(tab,
+    arena, meta)``."""
+    tab, arena, meta = H.new_state(1, 0)
+    for it, d in enumerate(diffs):
+        tab, arena, code, _ = _flat_step(tab, arena, meta, 1,
+                                         np.array([[it, d, 4]], np.int64), 0, 1)
+        assert code == 0
+    return tab, arena, meta
+
+
+def _flat_entries(tab, arena):
+    """Key 4's entries ``[(iteration, diff)]`` and whether its row holds them inline."""
+    r = int(H.find_rows(tab, 1, np.array([[4]]), 1)[0])
+    KW = tab.shape[1] - H.RW_EXTRA
+    return ([tuple(e) for e in H.read_key(tab, arena, r, 0)[:, -2:].tolist()],
+            bool(tab[r, KW + 2] & H.INLINE))
+
+
 def test_flat_row_overflow_is_reported_inline_and_in_a_chunk():
     """A diff sum leaving int64 is reported (OVERFLOW), not wrapped, whether the row
-    holds its entries inline or in an arena chunk, and the row is left as it was."""
+    holds its entries inline (a third one packed or not) or in an arena chunk, and
+    the row is left as it was."""
     big = np.iinfo(np.int64).max
-    for n in (1, 2, 3):
-        tab, arena, meta = H.new_state(1, 0)
-        for it in range(n):
-            tab, arena, code, _ = _flat_step(tab, arena, meta, 1,
-                                             np.array([[it, big, 4]], np.int64), 0, 1)
-            assert code == 0
-        before = H.read_key(tab, arena, int(H.find_rows(tab, 1, np.array([[4]]), 1)[0]), 0)
+    for diffs, inline in (([big], True), ([big, big], True), ([big] * 3, False),
+                          ([big] * 4, False), ([1, 1, 1], True), ([1, 1, big], False)):
+        tab, arena, meta = _flat_row(diffs)
+        before = _flat_entries(tab, arena)
+        assert before == ([(i, d) for i, d in enumerate(diffs)], inline)
+        last = len(diffs) - 1
+        add = 1 if diffs[last] == big else big
         tab, arena, code, _ = _flat_step(tab, arena, meta, 1,
-                                         np.array([[n - 1, 1, 4]], np.int64), 0, 1)
+                                         np.array([[last, add, 4]], np.int64), 0, 1)
         assert code == H.OVERFLOW
-        r = int(H.find_rows(tab, 1, np.array([[4]]), 1)[0])
-        assert H.read_key(tab, arena, r, 0).tolist() == before.tolist()
+        assert _flat_entries(tab, arena) == before
+
+
+def test_flat_row_third_entry_outgrowing_its_packed_form_moves_to_a_chunk():
+    """A packed third entry whose diff grows past 30 bits moves the row to a chunk
+    (its value exact), and back inline once the diff fits again."""
+    tab, arena, meta = _flat_row([1, 2, 2**29 - 1])
+    assert _flat_entries(tab, arena) == ([(0, 1), (1, 2), (2, 2**29 - 1)], True)
+    for add, want, inline in ((1, 2**29, False), (-2**29 - 5, -5, True),
+                              (-2**29 + 5, -2**29, True), (-1, -2**29 - 1, False),
+                              (2**29 + 1, 0, True)):
+        tab, arena, code, _ = _flat_step(tab, arena, meta, 1,
+                                         np.array([[2, add, 4]], np.int64), 0, 1)
+        assert code == 0
+        ents = [(0, 1), (1, 2)] + ([(2, want)] if want else [])
+        assert _flat_entries(tab, arena) == (ents, inline)
+        assert H.records(meta) == len(ents)
+        _check_space(tab, arena, meta)
