@@ -276,6 +276,66 @@ def test_mutually_recursive_variables(seed, mode):
             check(t)
 
 
+def frontier_program(df, roots, edges):
+    """Semi-naive reachability: ``f`` is the frontier (the nodes first reached in the
+    last round) and ``r`` everything reached so far. The frontier's ``distinct`` sees
+    counts that rise and fall from round to round (a node's predecessors enter the
+    frontier and leave it again), unlike a reachability set's, which only grow."""
+    roots, edges = roots.distinct(), edges.distinct()
+
+    def build(loop):
+        r = loop.variable(roots)
+        f = loop.variable(roots)
+        hop = f.collection.join(edges).map(lambda s, d: d, names=["node"])
+        f_next = hop.distinct().antijoin(r.collection)
+        r.set(r.collection.concat(f_next).distinct())
+        f.set(f_next)
+        return r.collection, f.collection
+    return df.iterative(build, name="frontier")
+
+
+@pytest.mark.parametrize("mode", ["step", "batch"])
+@pytest.mark.parametrize("seed", range(6))
+def test_loop_distinct_whose_input_counts_rise_and_fall(seed, mode):
+    """A ``distinct`` inside a loop whose input count per key goes up and down over
+    the rounds (three or more changes, some negative, per key) against reachability
+    by BFS; the frontier is empty at the fixed point."""
+    rng = np.random.default_rng(70 + seed)
+    n, T = 12, 8
+    df = dd.Dataflow()
+    ri, roots = df.new_input(["node"])
+    ei, edges = df.new_input(["src", "dst"])
+    reached, frontier = frontier_program(df, roots, edges)
+    cr, cf = reached.capture(), frontier.capture()
+    rch = [((int(rng.integers(n)),), 0, 1)] + random_changes(rng, n, 3, list(range(T)),
+                                                              arity=1)
+    ech = [((int(a), int(b)), 0, 1) for a, b in rng.integers(0, n, (3 * n, 2))]
+    ech += random_changes(rng, n, 30, list(range(1, T)))
+
+    def check(t):
+        want = reach_oracle({r for (r,) in present(rch, t, leq1)},
+                            present(ech, t, leq1))
+        assert as_set(cr, t) == want, f"reached [{mode}] t={t}"
+        assert as_set(cf, t) == set(), f"frontier [{mode}] t={t}"
+
+    if mode == "step":
+        for t in range(T):
+            feed_changes(ri, rch, lambda s: s == t)
+            feed_changes(ei, ech, lambda s: s == t)
+            ri.advance_to(t + 1)
+            ei.advance_to(t + 1)
+            df.run()
+            check(t)
+    else:
+        feed_changes(ri, rch)
+        feed_changes(ei, ech)
+        ri.advance_to(T)
+        ei.advance_to(T)
+        df.run()
+        for t in range(T):
+            check(t)
+
+
 # ------------------------------------------------------------------ divergence
 @pytest.mark.parametrize("engine", ["native", "python"])
 def test_divergent_loop_raises_naming_the_loop(engine):
