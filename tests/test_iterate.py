@@ -84,6 +84,25 @@ def feed_changes(handle, changes, select=lambda t: True):
              [d for _, _, d in part])
 
 
+def run_and_check(df, mode, T, feeds, check):
+    """Feed ``feeds`` (``[(handle, changes)]``, times ``0..T-1``) and ``check(t)``
+    every time: ``mode="step"`` a run per time, ``"batch"`` one run for all."""
+    if mode == "step":
+        for t in range(T):
+            for h, ch in feeds:
+                feed_changes(h, ch, lambda s: s == t)
+                h.advance_to(t + 1)
+            df.run()
+            check(t)
+    else:
+        for h, ch in feeds:
+            feed_changes(h, ch)
+            h.advance_to(T)
+        df.run()
+        for t in range(T):
+            check(t)
+
+
 def reach_oracle(roots, edges):
     seen = set(roots)
     frontier = list(seen)
@@ -258,22 +277,7 @@ def test_mutually_recursive_variables(seed, mode):
         assert as_set(ce, t) == we, f"even [{mode}] t={t}"
         assert as_set(co, t) == wo, f"odd [{mode}] t={t}"
 
-    if mode == "step":
-        for t in range(T):
-            feed_changes(ri, rch, lambda s: s == t)
-            feed_changes(ei, ech, lambda s: s == t)
-            ri.advance_to(t + 1)
-            ei.advance_to(t + 1)
-            df.run()
-            check(t)
-    else:
-        feed_changes(ri, rch)
-        feed_changes(ei, ech)
-        ri.advance_to(T)
-        ei.advance_to(T)
-        df.run()
-        for t in range(T):
-            check(t)
+    run_and_check(df, mode, T, [(ri, rch), (ei, ech)], check)
 
 
 def frontier_program(df, roots, edges):
@@ -318,22 +322,7 @@ def test_loop_distinct_whose_input_counts_rise_and_fall(seed, mode):
         assert as_set(cr, t) == want, f"reached [{mode}] t={t}"
         assert as_set(cf, t) == set(), f"frontier [{mode}] t={t}"
 
-    if mode == "step":
-        for t in range(T):
-            feed_changes(ri, rch, lambda s: s == t)
-            feed_changes(ei, ech, lambda s: s == t)
-            ri.advance_to(t + 1)
-            ei.advance_to(t + 1)
-            df.run()
-            check(t)
-    else:
-        feed_changes(ri, rch)
-        feed_changes(ei, ech)
-        ri.advance_to(T)
-        ei.advance_to(T)
-        df.run()
-        for t in range(T):
-            check(t)
+    run_and_check(df, mode, T, [(ri, rch), (ei, ech)], check)
 
 
 # ------------------------------------------------------------------ divergence
