@@ -21,6 +21,13 @@ given with ``--setup`` defines ``configure(side, session)``, called with ``side`
 Without ``--setup`` the sides are the same: an A/A run, which says how far the
 comparison sees at that moment. Changes that cannot be switched at run time need
 ``bench ab``.
+
+For a change inside the compiled kernels, ``--switch V`` needs no setup file: the
+sequential loops' hashed states have a word nothing in the engine reads
+(``kernels.hstate.M_SWITCH``, 0), which side B's get set to ``V`` before its warm-up
+batch and each batch after (side A's stay 0; a load runs before the engine exists, so
+both loads run with 0). An experiment tree's kernel then reads ``meta[M_SWITCH]`` to
+choose between the old way and the new one.
 """
 from __future__ import annotations
 
@@ -33,7 +40,8 @@ import numpy as np
 
 from . import benchab
 
-__all__ = ["abba", "summarize_pairs", "compare_in_process", "load_configure", "main"]
+__all__ = ["abba", "summarize_pairs", "compare_in_process", "load_configure",
+           "switch_configure", "main"]
 
 
 def abba(k):
@@ -75,6 +83,27 @@ def load_configure(path):
     if not callable(fn):
         raise SystemExit(f"pair: {path} defines no function configure(side, session)")
     return fn
+
+
+def switch_configure(value, then=None):
+    """A ``configure(side, session)`` that sets the ``M_SWITCH`` word of the
+    session's sequential loops' hashed states to ``value`` on side B and 0 on side A
+    (nothing before the engine exists, i.e. before the load), after calling ``then``
+    (another configure, e.g. a setup file's) if given."""
+    from .kernels.hstate import M_SWITCH
+
+    def configure(side, session):
+        if then is not None:
+            then(side, session)
+        nat = session.df._native
+        if nat is None:
+            return
+        # st[11] holds the loops' hashed states first (one per loop, by index), then
+        # the root scope's aggregates', whose counters are laid out otherwise
+        for li, seq in enumerate(nat.sequential):
+            if seq:
+                nat.st[11][li][2][M_SWITCH] = value if side == "B" else 0
+    return configure
 
 
 def compare_in_process(nodes, batch, batches, *, configure=None, tolerance=0.02,
@@ -131,6 +160,10 @@ def add_parser(sub):
                    help="Python file defining configure(side, session), called with "
                         "side 'A' or 'B' before that side's load and each of its "
                         "batches (default: none, an A/A run)")
+    a.add_argument("--switch", type=int, default=None, metavar="V",
+                   help="set side B's loop states' switch word (hstate.M_SWITCH) to V "
+                        "from its warm-up batch on, side A's to 0: for experiment "
+                        "kernels that read it (with --setup, after its configure)")
     benchab.add_comparison_arguments(a)
 
 
@@ -143,8 +176,14 @@ def main(args):
     if args.setup and not os.path.isfile(args.setup):
         raise SystemExit(f"pair: --setup {args.setup}: no such file")
     configure = load_configure(args.setup) if args.setup else None
+    what = []
+    if args.setup:
+        what.append("setup " + args.setup)
+    if args.switch is not None:
+        configure = switch_configure(args.switch, configure)
+        what.append(f"B's switch word {args.switch}")
     print(f"pair: N={args.nodes} B={args.batch}, {args.batches} paired batches, "
-          f"{'setup ' + args.setup if args.setup else 'A/A (no --setup)'}; two sessions "
+          f"{', '.join(what) or 'A/A (no --setup or --switch)'}; two sessions "
           f"in this process (twice one session's memory)", flush=True)
     s = compare_in_process(args.nodes, args.batch, args.batches, configure=configure,
                            tolerance=args.tolerance, engine=args.engine,

@@ -83,7 +83,9 @@ M_FREE = 9      # meta[M_FREE + c]: first free chunk of class c (-1: none; sizes
                 # 1, 2, 4, 8, 12, 16, 24, ..., see _size); a free chunk's first entry
                 # holds the next one's offset in column 0
 N_CLASSES = 92  # chunks of up to 2**47 entries
-META_LEN = M_FREE + N_CLASSES
+M_SWITCH = M_FREE + N_CLASSES  # 0; an experiment's switch (``bench pair --switch``):
+                                # nothing in the engine reads it, gc and compaction keep it
+META_LEN = M_SWITCH + 1
 
 OVERFLOW = -1   # code: a diff sum overflows int64
 
@@ -143,7 +145,7 @@ def new_meta(kw_max, vw_max):
     meta = np.zeros(META_LEN, np.int64)
     meta[M_KW] = kw_max
     meta[M_VW] = vw_max
-    meta[M_MAXC:] = -1
+    meta[M_MAXC:M_SWITCH] = -1
     return meta
 
 
@@ -534,7 +536,7 @@ def ensure_entries(tab, arena, meta, more):
         out = alloc2d(size, arena.shape[1], False)
         meta[M_TOP] = _compact_into(tab, arena, out)
         meta[M_GARB] = 0
-        meta[M_MAXC:] = -1
+        meta[M_MAXC:M_SWITCH] = -1
         return out
     size = max(2 * arena.shape[0], meta[M_TOP] + more + (meta[M_TOP] >> 1))
     out = alloc2d(size, arena.shape[1], False)
@@ -559,7 +561,7 @@ def gc(tab, arena, meta):
                         arena.shape[1], False)
         meta[M_TOP] = _compact_into(tab, arena, out_a)
         meta[M_GARB] = 0
-        meta[M_MAXC:] = -1
+        meta[M_MAXC:M_SWITCH] = -1
         arena = out_a
     return tab, arena
 

@@ -76,7 +76,7 @@ def test_compare_in_process_sees_a_slower_side_and_calls_configure_in_order():
 def test_pair_command_a_to_a(capsys):
     bench.main(["pair", "--nodes", "200", "--batch", "10", "--batches", "4"])
     out = capsys.readouterr().out
-    assert "A/A (no --setup)" in out and "answers both match BFS" in out
+    assert "A/A (no --setup or --switch)" in out and "answers both match BFS" in out
     assert "B's speed over A's, per batch" in out
 
 
@@ -116,3 +116,26 @@ def test_pair_command_fails_when_an_answer_is_wrong(monkeypatch, capsys):
         bench.main(["pair", "--nodes", "200", "--batch", "10", "--batches", "2"])
     assert e.value.code == 1 and len(calls) == 2
     assert "DO NOT both match BFS" in capsys.readouterr().out
+
+
+def test_switch_sets_side_b_loop_states_word_only(capsys):
+    """``--switch V``: side B's sequential loop states get ``M_SWITCH = V`` from its
+    warm-up batch on, side A's keep 0; another configure runs first. Nothing in the
+    engine reads the word, so both answers still match."""
+    from ddnumba.kernels.hstate import M_SWITCH
+    seen = {}
+
+    def then(side, session):
+        seen[side] = session
+
+    s = benchpair.compare_in_process(200, 10, 4, configure=benchpair.switch_configure(
+        3, then), out=lambda m: None)
+    assert s["check"] is True
+    for side, want in (("A", 0), ("B", 3)):
+        nat = seen[side].df._native
+        assert nat.sequential == [True]
+        assert nat.st[11][0][2][M_SWITCH] == want
+    bench.main(["pair", "--nodes", "200", "--batch", "10", "--batches", "4",
+                "--switch", "2"])
+    out = capsys.readouterr().out
+    assert "B's switch word 2" in out and "answers both match BFS" in out

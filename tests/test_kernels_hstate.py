@@ -127,6 +127,25 @@ def test_hstate_rows_of_cancelled_keys_are_collected():
     assert tab.shape[0] <= 4096
 
 
+def test_switch_word_is_kept_by_gc_and_compaction():
+    """``M_SWITCH`` (``bench pair --switch``) starts at 0, and dropping rows and
+    compacting the arena, which reset the free lists just below it, leave it as set."""
+    tab, arena, meta = H.new_state(1, 0)
+    assert meta[H.M_SWITCH] == 0 and meta.shape == (H.META_LEN,)
+    meta[H.M_SWITCH] = 5
+    for round_ in range(3):
+        keys = np.arange(round_ * 2000, (round_ + 1) * 2000)
+        for sign in (1, -1):
+            dd = np.zeros((len(keys), 3), np.int64)
+            dd[:, 1] = sign
+            dd[:, 2] = keys
+            tab, arena = H.insert_delta(tab, arena, meta, 1, 0, dd, len(keys), 1, 0, 0, "x")
+        top, rows = meta[H.M_TOP], meta[H.M_ROWS]
+        tab, arena = H.gc(tab, arena, meta)
+        assert meta[H.M_ROWS] < rows and meta[H.M_TOP] < top   # both were done
+        assert (meta[H.M_MAXC:H.M_SWITCH] == -1).all() and meta[H.M_SWITCH] == 5
+
+
 def test_insert_resumes_where_room_ran_out():
     """``_ins_apply`` adds key groups until one lacks room (a new key with the table
     at its load bound, or too few arena entries at the top) and returns that group's
