@@ -110,17 +110,24 @@ def test_hstate_matches_dictionary(seed, domain, steps, gc_every):
     _check(tab, arena, meta, model)
 
 
+def _insert_and_cancel(tab, arena, meta, keys):
+    """Insert one-word ``keys`` into trace 1 and take them out again (their rows are
+    left empty, their chunks free)."""
+    for sign in (1, -1):
+        dd = np.zeros((len(keys), 3), np.int64)
+        dd[:, 1] = sign
+        dd[:, 2] = keys
+        tab, arena = H.insert_delta(tab, arena, meta, 1, 0, dd, len(keys), 1, 0, 0, "x")
+    return tab, arena
+
+
 def test_hstate_rows_of_cancelled_keys_are_collected():
     """Keys whose history cancels leave empty rows; gc drops them and compacts the
     arena, so state follows the live keys, not the keys ever seen."""
     tab, arena, meta = H.new_state(1, 0)
     for round_ in range(20):
         keys = np.arange(round_ * 1000, (round_ + 1) * 1000)
-        for sign in (1, -1):
-            dd = np.zeros((len(keys), 3), np.int64)
-            dd[:, 1] = sign
-            dd[:, 2] = keys
-            tab, arena = H.insert_delta(tab, arena, meta, 1, 0, dd, len(keys), 1, 0, 0, "x")
+        tab, arena = _insert_and_cancel(tab, arena, meta, keys)
         tab, arena = H.gc(tab, arena, meta)
     assert H.records(meta) == 0
     assert meta[H.M_ROWS] <= 1000
@@ -135,11 +142,7 @@ def test_switch_word_is_kept_by_gc_and_compaction():
     meta[H.M_SWITCH] = 5
     for round_ in range(3):
         keys = np.arange(round_ * 2000, (round_ + 1) * 2000)
-        for sign in (1, -1):
-            dd = np.zeros((len(keys), 3), np.int64)
-            dd[:, 1] = sign
-            dd[:, 2] = keys
-            tab, arena = H.insert_delta(tab, arena, meta, 1, 0, dd, len(keys), 1, 0, 0, "x")
+        tab, arena = _insert_and_cancel(tab, arena, meta, keys)
         top, rows = meta[H.M_TOP], meta[H.M_ROWS]
         tab, arena = H.gc(tab, arena, meta)
         assert meta[H.M_ROWS] < rows and meta[H.M_TOP] < top   # both were done
