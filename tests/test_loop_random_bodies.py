@@ -381,6 +381,13 @@ def run_engine(body, init_ups, edge_ups, expected, *, loops, feed_mode,
             f"{where}: the loop did not run in the expected mode"
 
 
+def run_both_ways(body, init_ups, edge_ups, expected, loops, engine="native"):
+    """:func:`run_engine` fed a run per time, then all in one run."""
+    for feed_mode in ("step", "all"):
+        run_engine(body, init_ups, edge_ups, expected, loops=loops, feed_mode=feed_mode,
+                   engine=engine)
+
+
 def admissible(expected):
     """Whether every time's loop either settles well before K or never converges."""
     return all(kind == "cycles" or (kind == "settles" and n <= SETTLED_BY)
@@ -407,9 +414,7 @@ def test_random_bodies_match_the_fixed_point(loop_mode, body, init_ups, edge_ups
         event("a reduce in the loop")
     if any(reduce_rescheduled(tr) for _, _, _, tr in expected):
         event("a reduce's input at a key changes at a later iteration")
-    for feed_mode in ("step", "all"):
-        run_engine(body, init_ups, edge_ups, expected, loops=loop_mode,
-                   feed_mode=feed_mode)
+    run_both_ways(body, init_ups, edge_ups, expected, loop_mode)
 
 
 # Pinned examples of the grammar (found by the test above with the packed third
@@ -435,9 +440,7 @@ def test_a_distinct_input_count_rises_and_falls(loop_mode, engine):
     assert changes_by_key(expected[0][3][()])[(0, 2)] == [(1, 1), (2, -1)]
     assert changes_by_key(expected[1][3][()])[(0, 2)] == [(0, 1), (2, -1)]
     assert rises_and_falls(expected[1][3])
-    for feed_mode in ("step", "all"):
-        run_engine(body, init_ups, edge_ups, expected, loops=loop_mode,
-                   feed_mode=feed_mode, engine=engine)
+    run_both_ways(body, init_ups, edge_ups, expected, loop_mode, engine)
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -452,9 +455,7 @@ def test_a_negative_count_in_the_loop_input_seeds_the_loop(loop_mode, engine):
     expected = expectations(body, init_ups, edge_ups)
     assert [x for _, x, _, _ in expected] == [{}] * 4 + [{(0, 0): 1, (0, 1): 1}, {}]
     assert any(rises_and_falls(tr) for _, _, _, tr in expected)
-    for feed_mode in ("step", "all"):
-        run_engine(body, init_ups, edge_ups, expected, loops=loop_mode,
-                   feed_mode=feed_mode, engine=engine)
+    run_both_ways(body, init_ups, edge_ups, expected, loop_mode, engine)
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -470,9 +471,7 @@ def test_an_oscillating_body_raises_at_the_iteration_limit(loop_mode, engine):
     assert [kind for kind, _, _, _ in expected] == ["cycles"] * T
     assert changes_by_key(expected[0][3][()])[(0, 0)][:3] == [(0, -1), (1, 2), (2, -1)]
     assert third_change_negative(expected[0][3])
-    for feed_mode in ("step", "all"):
-        run_engine(body, init_ups, edge_ups, expected, loops=loop_mode,
-                   feed_mode=feed_mode, engine=engine)
+    run_both_ways(body, init_ups, edge_ups, expected, loop_mode, engine)
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -491,9 +490,7 @@ def test_a_count_in_the_loop_goes_to_zero_and_below(loop_mode, engine):
         [({(0, 0): 1}, 0)] + [({(0, -1): 1}, 2)] * 2 + [({(0, -1): 1}, 1)] * 3
     assert expected[1][3][(1, "count")] == \
         [{(0, 1): -1, (0, 0): -1}, {(0, -2): -1}, {(0, -1): -1}]
-    for feed_mode in ("step", "all"):
-        run_engine(body, init_ups, edge_ups, expected, loops=loop_mode,
-                   feed_mode=feed_mode, engine=engine)
+    run_both_ways(body, init_ups, edge_ups, expected, loop_mode, engine)
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -511,9 +508,7 @@ def test_min_and_sum_in_the_loop(loop_mode, engine):
     assert expected[0][3][(1, 2, "sum")] == \
         [{(0, 1): 1}, {(0, 2): 1, (0, 3): 1}, {(0, 3): 1}, {(0, 3): 1}]
     assert reduce_rescheduled(expected[0][3])
-    for feed_mode in ("step", "all"):
-        run_engine(body, init_ups, edge_ups, expected, loops=loop_mode,
-                   feed_mode=feed_mode, engine=engine)
+    run_both_ways(body, init_ups, edge_ups, expected, loop_mode, engine)
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -530,6 +525,4 @@ def test_a_sum_reevaluated_at_a_later_iteration_of_a_later_time(loop_mode, engin
     expected = expectations(body, init_ups, edge_ups)
     assert [x for _, x, _, _ in expected] == [{(0, 0): 1}] * 2 + [{}] * (T - 2)
     assert reduce_rescheduled(expected[1][3])
-    for feed_mode in ("step", "all"):
-        run_engine(body, init_ups, edge_ups, expected, loops=loop_mode,
-                   feed_mode=feed_mode, engine=engine)
+    run_both_ways(body, init_ups, edge_ups, expected, loop_mode, engine)
