@@ -89,15 +89,20 @@ def switch_configure(value, then=None):
     """A ``configure(side, session)`` that sets the ``M_SWITCH`` word of the
     session's sequential loops' hashed states to ``value`` on side B and 0 on side A
     (nothing before the engine exists, i.e. before the load), after calling ``then``
-    (another configure, e.g. a setup file's) if given."""
+    (another configure, e.g. a setup file's) if given. A loaded session with no such
+    state (the Python engine, round-wise loops) stops the comparison: the switch
+    would do nothing."""
     from .kernels.hstate import M_SWITCH
 
     def configure(side, session):
         if then is not None:
             then(side, session)
-        nat = session.df._native
-        if nat is None:
+        if session.load_s is None:
             return
+        nat = session.df._native
+        if not nat or not any(nat.sequential):
+            raise SystemExit("pair: --switch needs the native engine's sequential "
+                             f"loops (side {side} runs {session.engine} with none)")
         # st[11] holds the loops' hashed states first (one per loop, by index), then
         # the root scope's aggregates', whose counters are laid out otherwise
         for li, seq in enumerate(nat.sequential):

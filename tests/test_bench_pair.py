@@ -139,3 +139,11 @@ def test_switch_sets_side_b_loop_states_word_only(capsys):
                 "--switch", "2"])
     out = capsys.readouterr().out
     assert "B's switch word 2" in out and "answers both match BFS" in out
+
+
+@pytest.mark.parametrize("engine, loops", [("python", None), ("native", "rounds")])
+def test_switch_refuses_sessions_without_sequential_loop_state(engine, loops, capsys):
+    with pytest.raises(SystemExit, match="--switch needs the native engine's sequential"):
+        bench.main(["pair", "--nodes", "200", "--batch", "10", "--batches", "2",
+                    "--switch", "1", "--engine", engine]
+                   + (["--loops", loops] if loops else []))

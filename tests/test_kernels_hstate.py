@@ -147,6 +147,12 @@ def test_switch_word_is_kept_by_gc_and_compaction():
         tab, arena = H.gc(tab, arena, meta)
         assert meta[H.M_ROWS] < rows and meta[H.M_TOP] < top   # both were done
         assert (meta[H.M_MAXC:H.M_SWITCH] == -1).all() and meta[H.M_SWITCH] == 5
+    # an arena grown while most of it is free is compacted instead (ensure_entries)
+    tab, arena = _insert_and_cancel(tab, arena, meta, np.arange(10_000, 12_000))
+    garbage, top = meta[H.M_GARB], meta[H.M_TOP]
+    arena = H.ensure_entries(tab, arena, meta, arena.shape[0])
+    assert garbage > 0 and meta[H.M_GARB] == 0 and meta[H.M_TOP] < top
+    assert meta[H.M_SWITCH] == 5
 
 
 def test_insert_resumes_where_room_ran_out():
