@@ -25,7 +25,10 @@ the most that batch-wide rounds could save in lookups.
 *Memory.* :func:`memory_latency` times random loads over working sets of growing size
 (:mod:`ddnumba.kernels.memlat`): one load depending on the previous one (a pointer
 chase: the latency) and loads with addresses known in advance (what overlapping
-buys at most). :func:`first_touch` times writing memory the process has never touched
+buys at most), and a chase over a fixed 256 KiB of lines spread evenly over the same
+size (``spread``: the lines fit the L2 cache, so what grows with the size is the cost
+of translating addresses, the TLB's reach and its page walks; this machine exposes no
+hardware counters to say so directly). :func:`first_touch` times writing memory the process has never touched
 (every page must be backed on its first write: by the kernel, and on a virtual machine
 whose host backs guest memory lazily or takes back what the guest frees, by the host
 too) against writing memory just given back and taken again (pages the kernel recycles
@@ -39,7 +42,8 @@ import time
 import numpy as np
 
 __all__ = ["min_corrections", "batch_sharing", "engine_corrections", "memory_latency",
-           "first_touch", "add_parser", "main"]
+           "first_touch", "SPREAD_LINES", "spread_cycle", "add_parser",
+           "main"]
 
 
 def _depths(n, src, dst, roots):
@@ -213,10 +217,36 @@ def engine_corrections(n, changes, *, batch=1, resolution="record"):
             "updates": c1[2] - c0[2], "changes_per_s": fig["changes_per_s"]}
 
 
+SPREAD_LINES = 4096      # memory_latency's spread chase: 256 KiB of lines
+
+
+def spread_cycle(a, rng):
+    """Link :data:`SPREAD_LINES` lines of the int64 array ``a`` (all of its lines when
+    it has fewer) into one cycle in random order, as
+    :func:`ddnumba.kernels.memlat.cycle_links` does (each line's first word holds the
+    word index of the next); other words are left as they are. The array's lines are
+    cut into that many windows of ``lines // SPREAD_LINES`` lines, and one line at a
+    random place in each is taken: at a fixed power-of-two stride the lines would
+    share a few cache sets and miss the cache for that alone. Returns the cycle's
+    word indices in chase order."""
+    from .kernels.memlat import LINE_WORDS
+    lines = a.shape[0] // LINE_WORDS
+    k = min(lines, SPREAD_LINES)
+    step = lines // k
+    at = (rng.permutation(k).astype(np.int64) * step
+          + rng.integers(0, step, k)) * LINE_WORDS
+    a[at] = np.roll(at, -1)
+    return at
+
+
 def memory_latency(sizes_mib, *, steps=2_000_000, seed=1):
     """Random 8-byte loads, one per 64-byte line, over arrays of ``sizes_mib`` MiB:
-    ``[{"mib", "dependent_ns", "independent_ns"}]`` (nanoseconds per load; best of
-    three timings each)."""
+    ``[{"mib", "dependent_ns", "independent_ns", "spread_ns"}]`` (nanoseconds per
+    load; best of three timings each). ``spread_ns`` chases through
+    :data:`SPREAD_LINES` lines (all of them when the array has fewer) one every
+    ``lines // SPREAD_LINES`` lines of the same array, in random order: data that
+    stays in the L2 cache at addresses spread over the whole size, so its rise over
+    the smallest size's figure is the cost of address translation."""
     from .kernels.memlat import LINE_WORDS, chase, cycle_links, gather_sum
     rng = np.random.default_rng(seed)
     rows = []
@@ -235,8 +265,16 @@ def memory_latency(sizes_mib, *, steps=2_000_000, seed=1):
             t = time.perf_counter()
             gather_sum(a, idx)
             ind.append(time.perf_counter() - t)
+        at = spread_cycle(a, rng)           # (over the first cycle's links)
+        chase(a, int(at[0]), 1000)
+        spr = []
+        for _ in range(3):
+            t = time.perf_counter()
+            chase(a, int(at[0]), steps)
+            spr.append(time.perf_counter() - t)
         rows.append({"mib": mib, "dependent_ns": min(dep) / steps * 1e9,
-                     "independent_ns": min(ind) / steps * 1e9})
+                     "independent_ns": min(ind) / steps * 1e9,
+                     "spread_ns": min(spr) / steps * 1e9})
         del a, idx
     return rows
 
@@ -289,9 +327,11 @@ def add_parser(sub):
 
 def main(args):
     if args.cmd == "memory":
-        print(f"{'MiB':>8} {'dependent ns':>13} {'independent ns':>15}")
+        print(f"{'MiB':>8} {'dependent ns':>13} {'independent ns':>15} "
+              f"{'spread ns':>10}")
         for r in memory_latency(args.mib, steps=args.steps):
-            print(f"{r['mib']:8g} {r['dependent_ns']:13.1f} {r['independent_ns']:15.1f}")
+            print(f"{r['mib']:8g} {r['dependent_ns']:13.1f} {r['independent_ns']:15.1f} "
+                  f"{r['spread_ns']:10.1f}")
         if args.touch > 0:
             ft = first_touch(args.touch)
             print(f"first writes over {args.touch:g} MiB: {ft['fresh_s_per_gib']:.2f} s per "

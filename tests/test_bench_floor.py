@@ -196,10 +196,35 @@ def test_memlat_kernels():
     assert gather_sum(a, idx) == int(a[idx].sum())
 
 
+@pytest.mark.parametrize("lines", [3, 4096, 4097, 50_000])
+def test_spread_cycle_visits_its_lines_evenly_spaced_once_each(lines):
+    from ddnumba.kernels.memlat import LINE_WORDS, chase
+    a = np.full(lines * LINE_WORDS, -7, np.int64)
+    at = benchfloor.spread_cycle(a, np.random.default_rng(3))
+    k = min(lines, benchfloor.SPREAD_LINES)
+    step = lines // k
+    # the lines taken: k of them, the first word of a line, one in each window of
+    # step lines
+    assert (at % LINE_WORDS == 0).all()
+    assert np.array_equal(np.sort(at) // LINE_WORDS // step, np.arange(k))
+    # one cycle through all of them, in the returned order
+    p, seen = int(at[0]), []
+    for _ in range(k):
+        seen.append(p)
+        p = int(a[p])
+    assert seen == at.tolist() and p == at[0]
+    assert chase(a, int(at[0]), k) == at[0] and chase(a, int(at[0]), 1) == at[1 % k]
+    # nothing else written
+    rest = np.ones(a.shape[0], bool)
+    rest[at] = False
+    assert (a[rest] == -7).all()
+
+
 def test_memory_latency_and_cli(capsys):
     rows = benchfloor.memory_latency([0.01, 0.05], steps=2000)
     assert [r["mib"] for r in rows] == [0.01, 0.05]
-    assert all(r["dependent_ns"] > 0 and r["independent_ns"] > 0 for r in rows)
+    assert all(r["dependent_ns"] > 0 and r["independent_ns"] > 0 and r["spread_ns"] > 0
+               for r in rows)
     from ddnumba.bench import main
     main(["floor", "--nodes", "40", "--changes", "30", "--resolution", "1", "10",
           "--no-engine"])
@@ -208,7 +233,8 @@ def test_memory_latency_and_cli(capsys):
     assert out[3].split()[:3] == ["40", "10", "30"]
     main(["memory", "--mib", "0.02", "--steps", "1000", "--touch", "0"])
     out = capsys.readouterr().out.splitlines()
-    assert len(out) == 2 and out[1].split()[0] == "0.02"
+    assert len(out) == 2 and out[1].split()[0] == "0.02" and len(out[1].split()) == 4
+    assert out[0].split()[-2:] == ["spread", "ns"]
     main(["memory", "--mib", "0.02", "--steps", "1000", "--touch", "4"])
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 3 and out[2].startswith("first writes over 4 MiB: ")
