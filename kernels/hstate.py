@@ -200,8 +200,10 @@ def _find(tab, tag, src, i, c0, kw):
 # Probes land at random places in state that is gigabytes at scale, so the kernels
 # that walk a delta key by key prefetch ahead: the table slot of the key PF_AHEAD rows
 # further, and the blocks of the next key (whose slot was prefetched before). Tables
-# of fewer than PF_MIN_SLOTS slots (8 MiB with two-word keys) stay in cache, and there
-# the extra probes only cost.
+# of fewer than PF_MIN_SLOTS slots (8 MiB with two-word keys) stay in cache, where the
+# extra probes of the blocks' prefetch only cost; there the reduce and join-insert
+# walks (kernels.seqloop) prefetch the slot of the key PF_AHEAD rows further alone
+# (a hash, no probe): such a table outgrows the 1 MiB L2, and its slots come from L3.
 PF_AHEAD = 4
 PF_MIN_SLOTS = 1 << 17
 

@@ -883,6 +883,9 @@ def _pairs_insert(tab, arena, meta, tag_r, tag_l, dd, nd, kw, dvw, ovw, j, od, o
             n_l = _find(tab, tag_l, dd, e, 2, kw)
             _pf_block(tab, arena, n_r, 0)
             _pf_block(tab, arena, n_l, 0)
+        elif not pf and e + PF_AHEAD - 1 < nd:
+            # a table in cache (see hstate.PF_MIN_SLOTS): the slot alone, from L3
+            _pf_slot(tab, dd, e + PF_AHEAD - 1, kw)
         ln = np.int64(0)
         off = np.int64(0)
         if row_r >= 0:
@@ -1352,6 +1355,13 @@ def _reduce_keys(tab, arena, meta, tag_in, tag_out, blk, kw, vw, ow, logic, lpar
                 n2_row = _pf_blocks(tab, arena, tag_in, pf_out, pf_blk, dd, g, kw)
             elif g < total:
                 n2_row = _pf_blocks(tab, arena, tag_in, pf_out, pf_blk, sk, g - nd, kw)
+        else:
+            # a table in cache (see hstate.PF_MIN_SLOTS): the slot alone, from L3
+            f = e + PF_AHEAD - 1
+            if f < nd:
+                _pf_slot(tab, dd, f, kw)
+            elif f < total:
+                _pf_slot(tab, sk, f - nd, kw)
         if flat:
             # a value-less distinct / top_k: corrections from the input history alone
             # (see _flat_corrections); its keys are never scheduled
