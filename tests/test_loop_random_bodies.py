@@ -439,14 +439,10 @@ def build(expr, env):
     raise ValueError(f"unknown operator {op!r}")
 
 
-def run_engine(body, init_ups, edge_ups, expected, *, loops, feed_mode,
-               engine="native"):
-    """Build the loop of ``body``, feed both inputs (``"step"``: a run per time;
-    ``"all"``: one run for every time) and compare each time with ``expected``. A time
-    whose loop never converges must make its run raise IterationLimitError; the
-    example ends there."""
-    df = dd.Dataflow(engine=engine, **({"loops": loops, "workers": 1}
-                                       if engine == "native" else {}))
+def loop_dataflow(body, **options):
+    """A ``Dataflow(**options)`` with inputs ``init`` and ``edges`` (pairs) and the loop
+    of ``body`` from ``init``, captured: ``(df, init handle, edges handle, capture)``."""
+    df = dd.Dataflow(**options)
     ih, init = df.new_input(["a", "b"])
     eh, edges = df.new_input(["src", "dst"])
 
@@ -455,6 +451,17 @@ def run_engine(body, init_ups, edge_ups, expected, *, loops, feed_mode,
         return build(body, env)
 
     cap = init.iterate(loop_body, max_iterations=K, name="random_body").capture()
+    return df, ih, eh, cap
+
+
+def run_engine(body, init_ups, edge_ups, expected, *, loops, feed_mode,
+               engine="native"):
+    """Build the loop of ``body``, feed both inputs (``"step"``: a run per time;
+    ``"all"``: one run for every time) and compare each time with ``expected``. A time
+    whose loop never converges must make its run raise IterationLimitError; the
+    example ends there."""
+    df, ih, eh, cap = loop_dataflow(body, engine=engine, **(
+        {"loops": loops, "workers": 1} if engine == "native" else {}))
     cycles = [t for t, e in enumerate(expected) if e[0] == "cycles"]
     diverges = cycles[0] if cycles else None
     where = f"[{engine} engine, {loops or 'its'} loops, {feed_mode}] body {body}"
@@ -513,15 +520,7 @@ def run_engine_2d(body, init_ups, edge_ups, expected, *, feed_mode):
     first coordinate ``i`` (``"step"``: the updates with ``time[0] == i``, inputs
     advanced to ``(i + 1, 0)``). After each run every complete point of the grid is
     compared, the captured updates accumulated there in the product order."""
-    df = dd.Dataflow(time_dims=2, engine="auto", workers=1)
-    ih, init = df.new_input(["a", "b"])
-    eh, edges = df.new_input(["src", "dst"])
-
-    def loop_body(x):
-        env = {"x": x, "init": init.enter(x), "edges": edges.enter(x)}
-        return build(body, env)
-
-    cap = init.iterate(loop_body, max_iterations=K, name="random_body").capture()
+    df, ih, eh, cap = loop_dataflow(body, time_dims=2, engine="auto", workers=1)
     where = f"[time_dims=2, {feed_mode}] body {body}"
     runs = [range(G2 + 1)] if feed_mode == "all" else [[i] for i in range(G2 + 1)]
     for firsts in runs:
