@@ -24,16 +24,17 @@ the most that batch-wide rounds could save in lookups.
 
 *Memory.* :func:`memory_latency` times random loads over working sets of growing size
 (:mod:`ddnumba.kernels.memlat`): one load depending on the previous one (a pointer
-chase: the latency) and loads with addresses known in advance (what overlapping
-buys at most), and a chase over a fixed 256 KiB of lines spread evenly over the same
-size (``spread``: the lines fit the L2 cache, so what grows with the size is the cost
-of translating addresses, the TLB's reach and its page walks; this machine exposes no
-hardware counters to say so directly). :func:`first_touch` times writing memory the process has never touched
-(every page must be backed on its first write: by the kernel, and on a virtual machine
-whose host backs guest memory lazily or takes back what the guest frees, by the host
-too) against writing memory just given back and taken again (pages the kernel recycles
-at once). On the benchmark machines the first costs ~3.5 s per GiB in some sittings and
-the second ~0.1 s: a load that first-touches ~3 GiB spends ~10 s of system time there.
+chase: the latency) and loads with addresses known in advance (what overlapping buys at
+most), and a chase over a fixed 256 KiB of lines spread over the same size (``spread``:
+the lines fit the L2 cache, so what grows with the size is the cost of translating
+addresses, the TLB's reach and its page walks; this machine exposes no hardware counters
+to say so directly). :func:`first_touch` times writing memory the process has never
+touched (every page must be backed on its first write: by the kernel, and on a virtual
+machine whose host backs guest memory lazily or takes back what the guest frees, by the
+host too) against writing memory just given back and taken again (pages the kernel
+recycles at once). On the benchmark machines the first costs ~3.5 s per GiB in some
+sittings and the second ~0.1 s: a load that first-touches ~3 GiB spends ~10 s of system
+time there.
 """
 from __future__ import annotations
 
@@ -42,8 +43,7 @@ import time
 import numpy as np
 
 __all__ = ["min_corrections", "batch_sharing", "engine_corrections", "memory_latency",
-           "first_touch", "SPREAD_LINES", "spread_cycle", "add_parser",
-           "main"]
+           "first_touch", "SPREAD_LINES", "spread_cycle", "add_parser", "main"]
 
 
 def _depths(n, src, dst, roots):
@@ -242,11 +242,10 @@ def spread_cycle(a, rng):
 def memory_latency(sizes_mib, *, steps=2_000_000, seed=1):
     """Random 8-byte loads, one per 64-byte line, over arrays of ``sizes_mib`` MiB:
     ``[{"mib", "dependent_ns", "independent_ns", "spread_ns"}]`` (nanoseconds per
-    load; best of three timings each). ``spread_ns`` chases through
-    :data:`SPREAD_LINES` lines (all of them when the array has fewer) one every
-    ``lines // SPREAD_LINES`` lines of the same array, in random order: data that
-    stays in the L2 cache at addresses spread over the whole size, so its rise over
-    the smallest size's figure is the cost of address translation."""
+    load; best of three timings each). ``spread_ns`` chases through the lines of
+    :func:`spread_cycle` in the same array: data that stays in the L2 cache at
+    addresses spread over the whole size, so its rise over the smallest size's figure
+    is the cost of address translation."""
     from .kernels.memlat import LINE_WORDS, chase, cycle_links, gather_sum
     rng = np.random.default_rng(seed)
     rows = []
