@@ -628,7 +628,9 @@ def _block_add(tab, arena, meta, row, blk, src, x0, x1, c0, vw, dcol, it):
     """Add entries ``(src[x, c0:c0 + vw], it)`` with diff ``src[x, dcol]``, for ``x0 <=
     x < x1`` (``(vals, it)`` ascending and distinct), to block ``blk`` of ``row``; with
     ``it < 0`` each row's iteration is its column 0. The arena must have room
-    (:func:`_block_need`). Returns 0 or OVERFLOW."""
+    (:func:`_block_need`). Returns 0 or OVERFLOW. Inlined where a key's block is
+    added to on the hottest path (the loop join's left insert); elsewhere it is called
+    through :func:`block_add`."""
     KW = tab.shape[1] - RW_EXTRA
     EW = arena.shape[1]
     IT = EW - 2
@@ -738,6 +740,16 @@ def _block_add(tab, arena, meta, row, blk, src, x0, x1, c0, vw, dcol, it):
         off, cp = _shrink(arena, meta, off, cp, ln, fresh)
     _set_block(tab, meta, row, blk, off, cp, ln)
     return 0
+
+
+@leaf
+def block_add(tab, arena, meta, row, blk, src, x0, x1, c0, vw, dcol, it):
+    """:func:`_block_add` compiled once, as a leaf of its own, for the callers off the
+    hottest path. With the arena helpers it inlines, ``_block_add`` is ~600 lines of
+    Numba IR, and the loop kernel inlined it in five places, each a copy that Numba
+    deep-copies, types and rebuilds SSA for again: most of that kernel's cold compile
+    time and memory (HISTORY, sixty-second session). A call costs a few ns a key."""
+    return _block_add(tab, arena, meta, row, blk, src, x0, x1, c0, vw, dcol, it)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -895,7 +907,7 @@ def flat_add(tab, arena, meta, row, it, src, x, c0, vw):
     IT = arena.shape[1] - 2
     w = tab[row, KW + 2]
     if (w & INLINE) == 0 and (w & LEN_MASK) > 0:
-        if _block_add(tab, arena, meta, row, 0, src, x, x + 1, c0, vw, 1, it) == OVERFLOW:
+        if block_add(tab, arena, meta, row, 0, src, x, x + 1, c0, vw, 1, it) == OVERFLOW:
             return OVERFLOW
         n = blen(tab, row, 0)
         if n == 0 or n > INLINE_MAX:
@@ -1066,7 +1078,7 @@ def _ins_apply(tab, arena, meta, tag, blk, dd, r0, n, kw, vw, it):
             row = _new_row(tab, meta, -1 - row, tag, dd, r, 2, kw)
         elif meta[M_TOP] + _block_need(tab, row, blk, e - r) > arena.shape[0]:
             return r
-        if _block_add(tab, arena, meta, row, blk, dd, r, e, 2 + kw, vw, 1, it) != 0:
+        if block_add(tab, arena, meta, row, blk, dd, r, e, 2 + kw, vw, 1, it) != 0:
             return OVERFLOW
         r = e
     return n

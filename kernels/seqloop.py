@@ -86,9 +86,9 @@ from .affine import passes as _passes, term as _aterm
 from .batch import sort_consolidate
 from .hooks import _cb_warn, loop_call_due, release_rows
 from .hstate import (M_EPOCH, M_TOP, OVERFLOW, RW_EXTRA, _block_add, _block_need,
-                     _find, _ins_apply, _new_row, blen, ensure_entries, ensure_rows,
-                     flat_add, flat_history, flat_len, flat_need, insert_from,
-                     rows_room)
+                     _find, _ins_apply, _new_row, blen, block_add, ensure_entries,
+                     ensure_rows, flat_add, flat_history, flat_len, flat_need,
+                     insert_from, rows_room)
 from .hstate import PF_AHEAD, _move_rows, _move_step, _pf_block, _pf_on, _pf_slot
 from .hstate import _same_key as _same
 from .reduce import L_COUNT, L_DISTINCT, L_MAX, L_MIN, L_SUM, L_TOP_K
@@ -1321,13 +1321,13 @@ def _reduce_keys(tab, arena, meta, tag_in, tag_out, blk, kw, vw, ow, logic, lpar
             si = p0 - nd
             e = p0 + 1
             m = np.int64(0)
+        # prefetch ahead (see hstate.PF_AHEAD): the table slot of the key PF_AHEAD
+        # rows further; in a table in cache (see hstate.PF_MIN_SLOTS) that of the key
+        # a row closer, and nothing else (its slot comes from L3)
+        f = e + PF_AHEAD if pf else e + PF_AHEAD - 1
+        if f < total:
+            _pf_slot(tab, dd if f < nd else sk, f if f < nd else f - nd, kw)
         if pf:
-            # prefetch ahead (see hstate.PF_AHEAD)
-            f = e + PF_AHEAD
-            if f < nd:
-                _pf_slot(tab, dd, f, kw)
-            elif f < total:
-                _pf_slot(tab, sk, f - nd, kw)
             # the blocks of the key after the next one (whose own were prefetched
             # while its predecessor was evaluated)
             g = e
@@ -1344,24 +1344,14 @@ def _reduce_keys(tab, arena, meta, tag_in, tag_out, blk, kw, vw, ow, logic, lpar
                 # blocks too
                 n1_at = e
                 n1_row = np.int64(-1)
-                if e < nd:
-                    n1_row = _pf_blocks(tab, arena, tag_in, pf_out, pf_blk, dd, e, kw)
-                elif e < total:
-                    n1_row = _pf_blocks(tab, arena, tag_in, pf_out, pf_blk, sk, e - nd,
-                                        kw)
+                if e < total:
+                    n1_row = _pf_blocks(tab, arena, tag_in, pf_out, pf_blk,
+                                        dd if e < nd else sk, e if e < nd else e - nd, kw)
             n2_at = g
             n2_row = np.int64(-1)
-            if g < nd:
-                n2_row = _pf_blocks(tab, arena, tag_in, pf_out, pf_blk, dd, g, kw)
-            elif g < total:
-                n2_row = _pf_blocks(tab, arena, tag_in, pf_out, pf_blk, sk, g - nd, kw)
-        else:
-            # a table in cache (see hstate.PF_MIN_SLOTS): the slot alone, from L3
-            f = e + PF_AHEAD - 1
-            if f < nd:
-                _pf_slot(tab, dd, f, kw)
-            elif f < total:
-                _pf_slot(tab, sk, f - nd, kw)
+            if g < total:
+                n2_row = _pf_blocks(tab, arena, tag_in, pf_out, pf_blk,
+                                    dd if g < nd else sk, g if g < nd else g - nd, kw)
         if flat:
             # a value-less distinct / top_k: corrections from the input history alone
             # (see _flat_corrections); its keys are never scheduled
@@ -1621,11 +1611,11 @@ def _reduce_keys(tab, arena, meta, tag_in, tag_out, blk, kw, vw, ow, logic, lpar
         # the reduce owns its arrangement), the key's next evaluation
         o = nc[0]
         if o > c0:
-            if _block_add(tab, arena, meta, row_out, blk, cd, c0, o, 2 + kw, ow, 1, -1) \
+            if block_add(tab, arena, meta, row_out, blk, cd, c0, o, 2 + kw, ow, 1, -1) \
                     == OVERFLOW:
                 return OVF_CORR
         if fused and m > 0:
-            if _block_add(tab, arena, meta, row_in, 0, dd, p0, e, 2 + kw, vw, 1, j) \
+            if block_add(tab, arena, meta, row_in, 0, dd, p0, e, 2 + kw, vw, 1, j) \
                     == OVERFLOW:
                 return OVF_IN
         if nxt != INF:
