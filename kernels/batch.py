@@ -27,8 +27,9 @@ import numpy as np
 from numba import njit
 
 from .hooks import release_rows
-from .rows import add_counted, flat_view, leaf
+from .rows import I0, add_counted, flat_view, leaf
 from .sort import _bucket_sort, _column_widths, _lsd_sort, _pack_word, _unpack_word
+
 
 __all__ = ["sort_consolidate", "consolidate_dead", "merge", "seek", "seek_fenced", "fence",
            "concat_batches",
@@ -148,7 +149,7 @@ def _layout(data, times):
     mins = np.zeros(k, np.int64)
     widths = np.zeros(k, np.int64)
     if ka:
-        _column_widths(data, mins, widths, 0)
+        _column_widths(data, mins, widths, np.int64(0))
     _column_widths(times, mins, widths, ka)
     word_of = np.full(k, -1, np.int64)
     shifts = np.zeros(k, np.int64)
@@ -294,12 +295,12 @@ def consolidate_dead(data, times, diffs):
     if word_bits.shape[0] != 1:
         return sort_consolidate(data, times, diffs)
     keys = np.empty(n, np.uint64)
-    _pack_word(data, times, mins, word_of, shifts, 0, np.empty(0, np.int64), False, keys)
-    release_rows(data, 0, n)
-    release_rows(times, 0, n)
+    _pack_word(data, times, mins, word_of, shifts, I0, np.empty(0, np.int64), False, keys)
+    release_rows(data, np.int64(0), n)
+    release_rows(times, np.int64(0), n)
     sk, sd = _sort_keys(keys, diffs, False, word_bits[0])
-    release_rows(keys, 0, n)
-    release_rows(diffs, 0, n)
+    release_rows(keys, np.int64(0), n)
+    release_rows(diffs, np.int64(0), n)
     return _sum_unpack(sk, sd, data.shape[1], mins, widths, shifts)
 
 
@@ -329,7 +330,7 @@ def sort_consolidate(data, times, diffs):
     if nw <= 1:
         keys = np.empty(n, np.uint64)
         if nw == 1:
-            _pack_word(data, times, mins, word_of, shifts, 0, empty, False, keys)
+            _pack_word(data, times, mins, word_of, shifts, np.int64(0), empty, False, keys)
         else:
             for r in range(n):
                 keys[r] = 0

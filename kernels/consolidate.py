@@ -383,7 +383,7 @@ def _consolidate(data, times, diffs, where="consolidate"):
     mins, widths, word_of, shifts, word_bits = layout = _layout(data, times)
     if len(word_bits) <= 1:
         keys = np.empty(n, np.uint64)
-        _pack_word(data, times, mins, word_of, shifts, 0, _EMPTY_I64, False, keys)
+        _pack_word(data, times, mins, word_of, shifts, np.int64(0), _EMPTY_I64, False, keys)
         sk, sd = _sort_keys(keys, diffs, word_bits[0] if word_bits else 0)
         del keys
         k, over = _sum_sorted_keys(sk, sd)

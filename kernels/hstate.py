@@ -122,7 +122,7 @@ def new_state(kw_max, vw_max, rows=16, entries=64):
 def _table_cap(rows):
     """The least table capacity (16 or more, a power of two or three times one) with
     ``rows`` occupied rows at most at the load bound."""
-    return grid_cap(rows, _LOAD_NUM, _LOAD_DEN)
+    return grid_cap(rows, np.int64(_LOAD_NUM), np.int64(_LOAD_DEN))
 
 
 @njit(cache=True, nogil=True)
@@ -907,7 +907,8 @@ def flat_add(tab, arena, meta, row, it, src, x, c0, vw):
     IT = arena.shape[1] - 2
     w = tab[row, KW + 2]
     if (w & INLINE) == 0 and (w & LEN_MASK) > 0:
-        if block_add(tab, arena, meta, row, 0, src, x, x + 1, c0, vw, 1, it) == OVERFLOW:
+        if block_add(tab, arena, meta, row, np.int64(0), src, x, x + 1, c0, vw, 1,
+                     it) == OVERFLOW:
             return OVERFLOW
         n = blen(tab, row, 0)
         if n == 0 or n > INLINE_MAX:
@@ -1094,7 +1095,7 @@ def insert_delta(tab, arena, meta, tag, blk, dd, n, kw, vw, it, what):
     Keys go in until one lacks room; only then are the rest planned (one more lookup
     per key, :func:`_ins_plan`) and the table and arena grown once for all of them.
     Most inserts find room, so they look each key up once."""
-    return insert_from(tab, arena, meta, tag, blk, dd, 0, n, kw, vw, it, what)
+    return insert_from(tab, arena, meta, tag, blk, dd, np.int64(0), n, kw, vw, it, what)
 
 
 @njit(cache=True, nogil=True)

@@ -112,7 +112,7 @@ def _sort_run(times, diffs, lo, hi):
         _sift_down(times, diffs, lo, start, n)
     for end in range(n - 1, 0, -1):
         _swap_upd(times, diffs, lo, lo + end)
-        _sift_down(times, diffs, lo, 0, end)
+        _sift_down(times, diffs, lo, np.int64(0), end)
 
 
 @njit(cache=True, nogil=True)

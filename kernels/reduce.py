@@ -33,7 +33,8 @@ dtypes are still normalised.
 import numpy as np
 from numba import njit
 
-from .rows import add_checked, mul_checked, row_cmp, row_eq, row_le
+from .rows import I0, add_checked, mul_checked, row_cmp, row_eq, row_le
+
 
 __all__ = [
     "interesting_times",
@@ -473,7 +474,7 @@ def _interesting_times(seed_offs, seed_times, hist_offs, hist_times, upper):
             for h in range(h0, h1):
                 for c in range(d):
                     tmp[0, c] = max(hist_times[h, c], meet[c])
-                hrows, nh, htab, hst, _ = _set_insert(hrows, nh, htab, hst, gen, tmp, 0)
+                hrows, nh, htab, hst, _ = _set_insert(hrows, nh, htab, hst, gen, tmp, I0)
             for s in range(s0, s1):
                 if bad_seed < 0 and _in_future(upper, seed_times, s):
                     bad_seed = s
@@ -501,16 +502,16 @@ def _interesting_times(seed_offs, seed_times, hist_offs, hist_times, upper):
                             tmp[0, c] = max(drows[i, c], drows[j, c])
                     if _in_future(upper, tmp, 0):
                         prows, npd, ptab, pst, _ = _set_insert(
-                            prows, npd, ptab, pst, gen, tmp, 0
+                            prows, npd, ptab, pst, gen, tmp, np.int64(0)
                         )
                     else:
                         drows, nd, dtab, dst, _ = _set_insert(
-                            drows, nd, dtab, dst, gen, tmp, 0
+                            drows, nd, dtab, dst, gen, tmp, np.int64(0)
                         )
                 i += 1
 
-            sa = _grow_vec(sa, 0, max(nd, npd))
-            sb = _grow_vec(sb, 0, max(nd, npd))
+            sa = _grow_vec(sa, np.int64(0), max(nd, npd))
+            sb = _grow_vec(sb, np.int64(0), max(nd, npd))
             order = _argsort_rows(drows, 0, nd, sa, sb)
             due_out = _grow_rows(due_out, n_due, n_due + nd)
             for r in range(nd):
@@ -613,13 +614,13 @@ def _accumulate(due_offs, due_times, upd_offs, upd_vals, upd_times, upd_diffs):
         t1 = due_offs[k + 1]
         if t0 == t1:
             continue
-        runs = _grow_vec(runs, 0, upd_offs[k + 1] - upd_offs[k] + 1)
+        runs = _grow_vec(runs, np.int64(0), upd_offs[k + 1] - upd_offs[k] + 1)
         nr = _run_starts(upd_vals, upd_offs[k], upd_offs[k + 1], runs)
         if one_d:
             # Totally ordered times: moments and each val's updates are both ascending,
             # so one pointer per val moves forward only and every update is added once.
-            ptr = _grow_vec(ptr, 0, nr)
-            acc = _grow_vec(acc, 0, nr)
+            ptr = _grow_vec(ptr, np.int64(0), nr)
+            acc = _grow_vec(acc, np.int64(0), nr)
             for r in range(nr):
                 ptr[r] = runs[r]
                 acc[r] = 0
@@ -772,19 +773,19 @@ def _corrections(
         o1 = out_offs[k + 1]
         w0 = want_offs[t0]
         w1 = want_offs[t1]
-        oruns = _grow_vec(oruns, 0, o1 - o0 + 1)
+        oruns = _grow_vec(oruns, np.int64(0), o1 - o0 + 1)
         nor = _run_starts(out_vals, o0, o1, oruns)
         # The key's outvals: the union of its old output's vals and every desired val,
         # numbered 0..nu-1 in val order so per-val sums live in a dense array.
         nc = nor + (w1 - w0)
-        cand = _grow_rows(cand, 0, nc)
-        uvals = _grow_rows(uvals, 0, nc)
-        cand_u = _grow_vec(cand_u, 0, nc)
-        sa = _grow_vec(sa, 0, nc)
-        sb = _grow_vec(sb, 0, nc)
-        cur = _grow_vec(cur, 0, nc)
-        want = _grow_vec(want, 0, nc)
-        cnt = _grow_vec(cnt, 0, nc + 1)
+        cand = _grow_rows(cand, np.int64(0), nc)
+        uvals = _grow_rows(uvals, np.int64(0), nc)
+        cand_u = _grow_vec(cand_u, np.int64(0), nc)
+        sa = _grow_vec(sa, np.int64(0), nc)
+        sb = _grow_vec(sb, np.int64(0), nc)
+        cur = _grow_vec(cur, np.int64(0), nc)
+        want = _grow_vec(want, np.int64(0), nc)
+        cnt = _grow_vec(cnt, np.int64(0), nc + 1)
         for r in range(nor):
             for c in range(ow):
                 cand[r, c] = out_vals[oruns[r], c]
@@ -846,7 +847,7 @@ def _corrections(
             cnt[c_u[i] + 1] += 1
         for u in range(nu):
             cnt[u + 1] += cnt[u]
-        perm = _grow_vec(perm, 0, ncor)
+        perm = _grow_vec(perm, np.int64(0), ncor)
         for i in range(ncor):
             perm[cnt[c_u[i]]] = i
             cnt[c_u[i]] += 1
@@ -1164,7 +1165,7 @@ def logic_distinct(mom_offs, acc_vals, acc_counts):
     Same inputs as :func:`logic_count`; the output keeps the input's val order.
     """
     mom_offs, acc_vals, acc_counts = _logic_inputs(mom_offs, acc_vals, acc_counts)
-    offs, vals, counts, n = _logic_top_k(mom_offs, acc_vals, acc_counts, 0, True)
+    offs, vals, counts, n = _logic_top_k(mom_offs, acc_vals, acc_counts, np.int64(0), True)
     return offs, vals[:n], counts[:n]
 
 
@@ -1272,10 +1273,10 @@ def make_user_driver(logic, out_width):
                     break
                 # Copy into int64 scratch: the user may return other integer dtypes or
                 # non-contiguous arrays, and the helper below is compiled for one type.
-                scratch_v = _grow_rows(scratch_v, 0, r)
-                scratch_c = _grow_vec(scratch_c, 0, r)
-                sa = _grow_vec(sa, 0, r)
-                sb = _grow_vec(sb, 0, r)
+                scratch_v = _grow_rows(scratch_v, np.int64(0), r)
+                scratch_c = _grow_vec(scratch_c, np.int64(0), r)
+                sa = _grow_vec(sa, np.int64(0), r)
+                sb = _grow_vec(sb, np.int64(0), r)
                 for i in range(r):
                     for c in range(ow):
                         scratch_v[i, c] = ov[i, c]

@@ -152,9 +152,9 @@ def _resized(t, w, used, more):
     if want * 4 <= cap * 3 and (want * 8 >= cap or cap <= _MIN_SLOTS):
         return t
     if want * 4 > cap * 3:
-        ncap = max(grid_cap(want, 3, 4), min(2 * cap, MAX_SLOTS))
+        ncap = max(grid_cap(want, np.int64(3), np.int64(4)), min(2 * cap, MAX_SLOTS))
     else:
-        ncap = max(np.int64(_MIN_SLOTS), grid_cap(2 * want, 3, 4))
+        ncap = max(np.int64(_MIN_SLOTS), grid_cap(2 * want, np.int64(3), np.int64(4)))
     if ncap == cap:
         return t
     out = alloc2d(ncap, t.shape[1], True)
@@ -339,7 +339,7 @@ def agg_step(tab, arena, meta, nd, nt, nf, kw, vw, is_sum, col):
                     _delete(tab, vs, W)
                     meta[M_VALUES] -= 1
                 else:
-                    vs = _claim(tab, vs, vrow, W, meta, M_VALUES)
+                    vs = _claim(tab, vs, vrow, W, meta, np.int64(M_VALUES))
                     tab[vs, W] = new
             x = y
         # the key's updates in time order; the output after each distinct time
@@ -369,9 +369,9 @@ def agg_step(tab, arena, meta, nd, nt, nf, kw, vw, is_sum, col):
             now = nz > 0
             if now != pres or (now and tot != prev):
                 if pres:
-                    mg = _put_out(g, mg, prev, tau, -1)
+                    mg = _put_out(g, mg, prev, tau, np.int64(-1))
                 if now:
-                    mg = _put_out(g, mg, tot, tau, 1)
+                    mg = _put_out(g, mg, tot, tau, np.int64(1))
                 pres = now
                 prev = tot
         if mg > _ISORT_MAX:
@@ -380,7 +380,7 @@ def agg_step(tab, arena, meta, nd, nt, nf, kw, vw, is_sum, col):
         no = _flush_key(g, mg, nd, r, kw, data, times, diffs, no)
         # the key's number of values and total
         if nz > 0:
-            ks = _claim(arena, ks, kkey, KW, meta, M_KEYS)
+            ks = _claim(arena, ks, kkey, KW, meta, np.int64(M_KEYS))
             arena[ks, KW] = nz
             arena[ks, KW + 1] = tot
         elif ks >= 0:
@@ -388,8 +388,8 @@ def agg_step(tab, arena, meta, nd, nt, nf, kw, vw, is_sum, col):
             meta[M_KEYS] -= 1
         r = e
     # shrink what mass deletions left mostly empty
-    tab = _resized(tab, W, meta[M_VALUES], 0)
-    arena = _resized(arena, KW, meta[M_KEYS], 0)
+    tab = _resized(tab, W, meta[M_VALUES], np.int64(0))
+    arena = _resized(arena, KW, meta[M_KEYS], np.int64(0))
     # The rows past ``no`` were never written, so they cost address space only (no
     # memory): views rather than copies, which would fill fresh pages again.
     return tab, arena, data[:no], times[:no], diffs[:no]
@@ -452,10 +452,10 @@ def distinct_step(tab, meta, nd, nt, nf):
                 _delete(tab, vs, W)
                 meta[M_VALUES] -= 1
             else:
-                vs = _claim(tab, vs, vrow, W, meta, M_VALUES)
+                vs = _claim(tab, vs, vrow, W, meta, np.int64(M_VALUES))
                 tab[vs, W] = cnt
         r = e
-    tab = _resized(tab, W, meta[M_VALUES], 0)
+    tab = _resized(tab, W, meta[M_VALUES], np.int64(0))
     data = np.empty((no, w), np.int64)
     times = np.zeros((no, 2), np.int64)
     for q in range(no):

@@ -54,7 +54,8 @@ from numba import njit
 from numba.typed import List
 
 from .cursor import _find_keys
-from .rows import add_checked, leaf
+from .rows import I0, add_checked, leaf
+
 
 __all__ = ["ordered_want", "trie_want", "val_ranges", "batch_list", "push_batch", "O_MIN",
            "O_MAX", "O_TOP_K"]
@@ -132,7 +133,7 @@ def _out_skip(o_offs, o_vals, o_f, kk, mode):
     while i < z:
         s = np.int64(0)
         j = i
-        while j < z and _cmp_rows(o_vals, j, 0, o_vals, i, 0, o_vals.shape[1]) == 0:
+        while j < z and _cmp_rows(o_vals, j, I0, o_vals, i, I0, o_vals.shape[1]) == 0:
             s, ov = add_checked(s, o_f[j])
             if ov:
                 return SK_NONE, np.int64(0)
@@ -208,7 +209,7 @@ def _find_row(bd, col, a, z, cur, vw):
     is not less than ``cur``."""
     while a < z:
         mid = (a + z) >> 1
-        if _cmp_rows(bd, mid, col, cur, 0, 0, vw) < 0:
+        if _cmp_rows(bd, mid, col, cur, np.int64(0), np.int64(0), vw) < 0:
             a = mid + 1
         else:
             z = mid
@@ -399,7 +400,7 @@ def ordered_want(spine, lo, hi, big, off, vw, due_offs, due_t, h_offs, h_vals, h
                 if pos[s] == end[s]:
                     continue
                 if found:
-                    c = _cmp_rows(head, s, 0, cur, 0, 0, vw)
+                    c = _cmp_rows(head, s, np.int64(0), cur, np.int64(0), np.int64(0), vw)
                     better = c > 0 if desc else c < 0
                 else:
                     better = True
@@ -412,7 +413,7 @@ def ordered_want(spine, lo, hi, big, off, vw, due_offs, due_t, h_offs, h_vals, h
             # its entries in every source whose head it is (the only batches fetched)
             ne = np.int64(0)
             for s in range(s0, nsp + 1):
-                if pos[s] == end[s] or _cmp_rows(head, s, 0, cur, 0, 0, vw) != 0:
+                if pos[s] == end[s] or _cmp_rows(head, s, I0, cur, I0, I0, vw) != 0:
                     continue
                 if s < nsp:
                     bat = spine[s]
@@ -425,7 +426,7 @@ def ordered_want(spine, lo, hi, big, off, vw, due_offs, due_t, h_offs, h_vals, h
                     bt = ht
                     bf = hf
                     o = 0
-                while pos[s] != end[s] and _cmp_rows(bd, pos[s], o, cur, 0, 0, vw) == 0:
+                while pos[s] != end[s] and _cmp_rows(bd, pos[s], o, cur, I0, I0, vw) == 0:
                     et, ef, ne = _push(et, ef, ne, bt[pos[s], 0], bf[pos[s]])
                     pos[s] += -1 if desc else 1
                 if pos[s] != end[s]:
@@ -439,7 +440,7 @@ def ordered_want(spine, lo, hi, big, off, vw, due_offs, due_t, h_offs, h_vals, h
                     bat = spine[s]
                     bd = bat[0]
                     r = _find_row(bd, off, a, z, cur, vw)
-                    while r < z and _cmp_rows(bd, r, off, cur, 0, 0, vw) == 0:
+                    while r < z and _cmp_rows(bd, r, off, cur, I0, I0, vw) == 0:
                         et, ef, ne = _push(et, ef, ne, bat[1][r, 0], bat[2][r])
                         r += 1
             walked += 1
@@ -480,7 +481,7 @@ def trie_want(bats, lo, hi, due_offs, due_t, vw, o_offs, o_vals, o_f, nd, kw, mo
     p_offs = np.zeros(nk + 1, np.int64)
     g = np.int64(0)
     for r in range(1, nd.shape[0]):
-        if _cmp_rows(nd, r, 0, nd, r - 1, 0, kw) != 0:
+        if _cmp_rows(nd, r, np.int64(0), nd, r - 1, np.int64(0), kw) != 0:
             g += 1
             if g >= nk:
                 raise ValueError("trie_want: the new rows hold more keys than due_offs")
@@ -507,7 +508,7 @@ def trie_want(bats, lo, hi, due_offs, due_t, vw, o_offs, o_vals, o_f, nd, kw, mo
         nun = D
         state, bnd = _out_skip(o_offs, o_vals, o_f, kk, mode)
         for b in range(nb):
-            edge[b] = _skip_edge(bats[b][0], 0, lo[b, kk], hi[b, kk], bnd, state, desc)
+            edge[b] = _skip_edge(bats[b][0], I0, lo[b, kk], hi[b, kk], bnd, state, desc)
             if desc:
                 pos[b] = edge[b] - 1
                 end[b] = lo[b, kk] - 1
@@ -532,7 +533,7 @@ def trie_want(bats, lo, hi, due_offs, due_t, vw, o_offs, o_vals, o_f, nd, kw, mo
                 bo = 0 if b < nb else kw
                 better = True
                 if found:
-                    c = _cmp_rows(bv, pos[b], bo, cur, 0, 0, vw)
+                    c = _cmp_rows(bv, pos[b], bo, cur, np.int64(0), np.int64(0), vw)
                     better = c > 0 if desc else c < 0
                 if better:
                     for x in range(vw):
@@ -546,23 +547,24 @@ def trie_want(bats, lo, hi, due_offs, due_t, vw, o_offs, o_vals, o_f, nd, kw, mo
                 if pos[b] == end[b]:
                     continue
                 bat = bats[b]
-                if _cmp_rows(bat[0], pos[b], 0, cur, 0, 0, vw) != 0:
+                if _cmp_rows(bat[0], pos[b], I0, cur, I0, I0, vw) != 0:
                     continue
                 i = pos[b]
                 for u in range(bat[1][i], bat[1][i + 1]):
                     et, ef, ne = _push(et, ef, ne, bat[2][u, 0], bat[3][u])
                 pos[b] = i + step
-            if pos[nb] != end[nb] and _cmp_rows(nd, pos[nb], kw, cur, 0, 0, vw) == 0:
+            if pos[nb] != end[nb] and _cmp_rows(nd, pos[nb], kw, cur, I0, I0, vw) == 0:
                 # a new value row among the skipped ones (once for all its times): its
                 # updates in every batch
-                while pos[nb] != end[nb] and _cmp_rows(nd, pos[nb], kw, cur, 0, 0, vw) == 0:
+                while pos[nb] != end[nb] and \
+                        _cmp_rows(nd, pos[nb], kw, cur, I0, I0, vw) == 0:
                     pos[nb] += step
                 for b in range(nb):
                     bat = bats[b]
                     a = edge[b] if desc else lo[b, kk]
                     z = hi[b, kk] if desc else edge[b]
-                    i = _find_row(bat[0], 0, a, z, cur, vw)
-                    if i < z and _cmp_rows(bat[0], i, 0, cur, 0, 0, vw) == 0:
+                    i = _find_row(bat[0], np.int64(0), a, z, cur, vw)
+                    if i < z and _cmp_rows(bat[0], i, I0, cur, I0, I0, vw) == 0:
                         for u in range(bat[1][i], bat[1][i + 1]):
                             et, ef, ne = _push(et, ef, ne, bat[2][u, 0], bat[3][u])
             walked += 1

@@ -14,6 +14,12 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+#: An int64 zero to pass to a compiled kernel: Numba types a bare ``0`` argument of a
+#: call between compiled functions as a literal and compiles the callee once more
+#: for it (``tests/test_kernel_literals.py``). A global NumPy integer is typed as
+#: a plain int64.
+I0 = np.int64(0)
+
 
 def leaf(fn):
     """Compile a *leaf kernel*: ``@njit(cache=True, nogil=True)`` without reference

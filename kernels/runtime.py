@@ -64,10 +64,11 @@ from .reduce import (L_CALLBACK, L_COUNT, L_DISTINCT, L_MAX, L_MIN, L_SUM,  # no
                      _logic_sum, _logic_top_k)
 from .rootagg import agg_step, distinct_step
 from .rootorder import O_MAX, O_MIN, O_TOP_K, SMALL as ORDER_SMALL, ordered_want
-from .rows import add_checked, leaf, list_item, list_leaf, mul_checked
+from .rows import I0, add_checked, leaf, list_item, list_leaf, mul_checked
 from .seqloop import S_LEAVE as SEQ_LEAVE, _nodes as seq_nodes, pack_fields
 from .seqloop import leave_rows as seq_leave_rows, run_times as seq_run_times
 from .seqloop import (buf_count as seq_buf_count, new_counters as seq_new_counters,
+
                       put_buf as seq_put_buf, set_buf_count as seq_set_buf_count)
 
 __all__ = ["KIND", "LOGIC", "new_state", "run", "set_hooks", "spine_sizes",
@@ -609,7 +610,7 @@ def _step_arrange(prog, st, n, p, q, k):
         if prm[n, 3] > 0:
             # The arrangement of a reduce that shares its trace with the reduce's
             # output: rows become (key, 0, vals, padding) (see _reduce_gather).
-            b = _tag_rows(b, prm[n, 4], prm[n, 3], 0)
+            b = _tag_rows(b, prm[n, 4], prm[n, 3], np.int64(0))
         if prm[n, 6] == 0:      # (1: read by a root count/sum only, no trace)
             st[2][s].append(b)
         _emit(prog, st, n, b)
@@ -1987,7 +1988,8 @@ def _step_reduce(prog, st, n, p, k):
         w_offs, w_vals, w_counts, nw = _logic_extreme(mom_offs, acc_vals, acc_counts, lparam,
                                                       logic == L_MAX)
     elif logic == L_DISTINCT:
-        w_offs, w_vals, w_counts, nw = _logic_top_k(mom_offs, acc_vals, acc_counts, 0, True)
+        w_offs, w_vals, w_counts, nw = _logic_top_k(mom_offs, acc_vals, acc_counts, I0,
+                                                    True)
     elif logic == L_TOP_K:
         w_offs, w_vals, w_counts, nw = _logic_top_k(mom_offs, acc_vals, acc_counts, lparam,
                                                     False)
@@ -2024,7 +2026,8 @@ def _reduce_emit(prog, st, n, keys, ck, cv, ct, cf, kw, ow, k, s_out):
     out = (data, times, cf)
     prm = _prm(prog)
     if prm[n, 9] > 0:
-        _spine_insert(st[1][s_out], _tag_rows(out, kw, prm[n, 9], 1), st[3][s_out], st[9], s_out)
+        _spine_insert(st[1][s_out], _tag_rows(out, kw, prm[n, 9], np.int64(1)),
+                      st[3][s_out], st[9], s_out)
     elif prm[n, 9] < 0:
         # Shared trace, equal widths: output updates at iteration -1 - k.
         st_times = times.copy()
@@ -2232,7 +2235,7 @@ def _run_loop(prog, st, l):
     for s in my_spines:
         if p > since[s] and p != INF:
             since[s] = p
-        _settle(st, s, SETTLE_RATIO)
+        _settle(st, s, np.int64(SETTLE_RATIO))
     _loop_done(prog, st, l, p)
     return OK
 

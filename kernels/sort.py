@@ -467,7 +467,7 @@ def _layout(a, b):
     mins = np.zeros(k, np.int64)
     widths = np.zeros(k, np.int64)
     if ka:
-        _column_widths(a, mins, widths, 0)
+        _column_widths(a, mins, widths, np.int64(0))
     if kb:
         _column_widths(b, mins, widths, ka)
     word_of = np.full(k, -1, np.int64)

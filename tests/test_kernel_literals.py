@@ -1,0 +1,212 @@
+"""No compiled kernel is compiled twice because its callers pass integer literals.
+
+Numba types a constant argument of a call between compiled functions as a literal
+(``Literal[int](0)``) and compiles the callee once per combination of literal and
+non-literal arguments its callers pass. ``hstate.block_add``, ~600 lines of Numba IR
+once its arena helpers are inlined, was compiled twice in the sequential loop's cold
+compile (~25 s each: ``blk=0`` from one call site, ``it=-1`` from another). Callers
+therefore pass ``np.int64(0)``, which is typed as a plain int64.
+
+This test reads the kernels' source: for every call of a kernel that is compiled on its
+own (``@njit`` without ``inline="always"``, ``@leaf``, ``@list_leaf``), it puts each
+positional argument down as an integer literal (a constant, a negated constant, or a
+module-level integer constant of the kernels) or as anything else, and fails when one
+kernel's call sites give more than one such pattern. ``True``/``False`` flags are left
+out: they are passed on purpose, so that Numba prunes the branch they select.
+"""
+import ast
+import pathlib
+from collections import defaultdict
+
+KERNELS = pathlib.Path(__file__).resolve().parent.parent / "kernels"
+
+# (module, kernel) -> why its callers may pass different integer literals. Each copy
+# is small, and the literal is a constant the copy is specialised for on purpose.
+ALLOWED = {
+    ("rootagg", "_same"): "the loop's keys are two words: seqloop's copy has kw=2",
+}
+
+
+def _compiled_kind(fn):
+    """'kernel' for a function compiled on its own, 'inline' for an inlined helper,
+    None for plain Python."""
+    for d in fn.decorator_list:
+        name = d.func.id if isinstance(d, ast.Call) and isinstance(d.func, ast.Name) \
+            else getattr(d, "id", None)
+        if name in ("leaf", "list_leaf"):
+            return "kernel"
+        if name in ("njit", "jit"):
+            if isinstance(d, ast.Call) and any(
+                    k.arg == "inline" and getattr(k.value, "value", None) == "always"
+                    for k in d.keywords):
+                return "inline"
+            return "kernel"
+    return None
+
+
+def _modules(root):
+    mods = {}
+    for path in sorted(root.glob("*.py")):
+        mods[path.stem] = ast.parse(path.read_text(), filename=str(path))
+    return mods
+
+
+def _int_constants(mods):
+    consts = {}
+    for m, tree in mods.items():
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 \
+                    and isinstance(node.targets[0], ast.Name) \
+                    and isinstance(node.value, ast.Constant) \
+                    and type(node.value.value) is int:
+                consts[(m, node.targets[0].id)] = node.value.value
+    return consts
+
+
+def _namespaces(mods):
+    """Per module: a name -> (defining module, name) map of its own top-level
+    functions and constants and what it imports from other kernel modules."""
+    ns = {}
+    for m, tree in mods.items():
+        names = {}
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef):
+                names[node.name] = (m, node.name)
+            elif isinstance(node, ast.Assign):
+                for t in node.targets:
+                    if isinstance(t, ast.Name):
+                        names[t.id] = (m, t.id)
+        for node in tree.body:
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+                src = node.module.split(".")[0]
+                if src in mods:
+                    for a in node.names:
+                        names[a.asname or a.name] = (src, a.name)
+        ns[m] = names
+    return ns
+
+
+def _resolve(ns, m, name, seen=()):
+    """Follow re-exports to the module that defines ``name``."""
+    target = ns[m].get(name)
+    if target is None or target == (m, name) or target in seen:
+        return target
+    return _resolve(ns, target[0], target[1], seen + (target,)) or target
+
+
+def literal_patterns(root=KERNELS):
+    """(module, kernel) -> {pattern: [call sites]}, a pattern being the tuple of
+    (position, literal) of a call's integer-literal positional arguments.
+
+    A literal passed on is followed: a parameter of a compiled function or an inlined
+    helper to which every call site passes the same literal (and which its body never
+    assigns) is that literal wherever the body passes it on."""
+    mods = _modules(root)
+    defs, kinds = {}, {}
+    for m, tree in mods.items():
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef):
+                defs[(m, node.name)] = node
+                kinds[(m, node.name)] = _compiled_kind(node)
+    consts = _int_constants(mods)
+    ns = _namespaces(mods)
+    assigned = {k: {t.id for n in ast.walk(fn) if isinstance(n, (ast.Assign, ast.AugAssign,
+                                                                  ast.For))
+                     for t in ast.walk(n.target if not isinstance(n, ast.Assign)
+                                       else ast.Tuple(elts=n.targets))
+                     if isinstance(t, ast.Name)}
+                for k, fn in defs.items()}
+
+    def literal(m, params, a):
+        if isinstance(a, ast.Constant) and type(a.value) is int:
+            return a.value
+        if isinstance(a, ast.UnaryOp) and isinstance(a.op, ast.USub) \
+                and isinstance(a.operand, ast.Constant) and type(a.operand.value) is int:
+            return -a.operand.value
+        if isinstance(a, ast.Name):
+            if a.id in params:
+                return params[a.id]
+            target = _resolve(ns, m, a.id)
+            if target in consts:
+                return consts[target]
+        return None
+
+    params = {k: {} for k in defs}      # function -> {parameter: its one literal}
+    for _ in range(len(defs)):
+        calls = defaultdict(lambda: defaultdict(list))
+        for (m, name), fn in defs.items():
+            for node in ast.walk(fn):
+                if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+                    continue
+                target = _resolve(ns, m, node.func.id)
+                if kinds.get(target) is None:
+                    continue
+                pattern = tuple((i, v) for i, v in
+                                ((i, literal(m, params[(m, name)], a))
+                                 for i, a in enumerate(node.args)) if v is not None)
+                calls[target][pattern].append(f"{m}.py:{node.lineno}")
+        new = {}
+        for k, fn in defs.items():
+            pats = list(calls.get(k, {}))
+            lits = {}
+            if len(pats) == 1:
+                for i, v in pats[0]:
+                    if i < len(fn.args.args) and fn.args.args[i].arg not in assigned[k]:
+                        lits[fn.args.args[i].arg] = v
+            new[k] = lits
+        if new == params:
+            break
+        params = new
+    return {k: v for k, v in calls.items() if kinds[k] == "kernel"}
+
+
+def test_no_kernel_gets_two_copies_from_integer_literals():
+    mixed = {k: dict(v) for k, v in literal_patterns().items()
+             if len(v) > 1 and k not in ALLOWED}
+    assert not mixed, (
+        "kernels whose callers pass integer literals in different patterns (Numba "
+        "compiles a copy per pattern: pass np.int64(...) instead):\n" + "\n".join(
+            f"  {m}.{f}: " + "; ".join(f"{list(p) or 'no literal'} at {', '.join(s)}"
+                                       for p, s in pats.items())
+            for (m, f), pats in sorted(mixed.items())))
+
+
+def test_the_scan_sees_a_mixed_pattern(tmp_path):
+    """The scan itself: a kernel called with 0 at one site and a variable at another
+    is reported, a kernel called with True and False is not, an inlined helper is not,
+    and a literal passed on through a parameter is followed."""
+    (tmp_path / "a.py").write_text(
+        "from numba import njit\n"
+        "from .b import g\n"
+        "K = 3\n"
+        "@njit(cache=True)\n"
+        "def f(x, n, flag):\n"
+        "    return x\n"
+        "@njit(cache=True, inline='always')\n"
+        "def h(x, n):\n"
+        "    return x\n"
+        "@njit(cache=True)\n"
+        "def passes_on(x, n, m):\n"
+        "    m = m + 1\n"
+        "    return g(x, n) + g(x, m)\n"
+        "@njit(cache=True)\n"
+        "def caller(x, n):\n"
+        "    passes_on(x, 7, 0)\n"
+        "    f(x, 0, True)\n"
+        "    f(x, n, False)\n"
+        "    h(x, 0)\n"
+        "    h(x, n)\n"
+        "    g(x, K)\n"
+        "    g(x, -1)\n"
+        "    g(x, n)\n")
+    (tmp_path / "b.py").write_text(
+        "from numba import njit\n"
+        "@njit(cache=True)\n"
+        "def g(x, n):\n"
+        "    return x\n")
+    pats = literal_patterns(tmp_path)
+    assert set(pats) == {("a", "f"), ("a", "passes_on"), ("b", "g")}
+    assert set(pats[("a", "f")]) == {((1, 0),), ()}
+    assert set(pats[("a", "passes_on")]) == {((1, 7), (2, 0))}
+    # 7 passed on through passes_on's n; its m is assigned, so not followed
+    assert set(pats[("b", "g")]) == {((1, 3),), ((1, -1),), ((1, 7),), ()}
