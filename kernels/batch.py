@@ -30,7 +30,6 @@ from .hooks import release_rows
 from .rows import I0, add_counted, flat_view, leaf
 from .sort import _bucket_sort, _column_widths, _lsd_sort, _pack_word, _unpack_word
 
-
 __all__ = ["sort_consolidate", "consolidate_dead", "merge", "seek", "seek_fenced", "fence",
            "concat_batches",
            "empty_batch", "is_flat", "FENCE_STEP", "fence_rows", "key_index",
@@ -149,7 +148,7 @@ def _layout(data, times):
     mins = np.zeros(k, np.int64)
     widths = np.zeros(k, np.int64)
     if ka:
-        _column_widths(data, mins, widths, np.int64(0))
+        _column_widths(data, mins, widths, I0)
     _column_widths(times, mins, widths, ka)
     word_of = np.full(k, -1, np.int64)
     shifts = np.zeros(k, np.int64)
@@ -296,11 +295,11 @@ def consolidate_dead(data, times, diffs):
         return sort_consolidate(data, times, diffs)
     keys = np.empty(n, np.uint64)
     _pack_word(data, times, mins, word_of, shifts, I0, np.empty(0, np.int64), False, keys)
-    release_rows(data, np.int64(0), n)
-    release_rows(times, np.int64(0), n)
+    release_rows(data, I0, n)
+    release_rows(times, I0, n)
     sk, sd = _sort_keys(keys, diffs, False, word_bits[0])
-    release_rows(keys, np.int64(0), n)
-    release_rows(diffs, np.int64(0), n)
+    release_rows(keys, I0, n)
+    release_rows(diffs, I0, n)
     return _sum_unpack(sk, sd, data.shape[1], mins, widths, shifts)
 
 
@@ -330,7 +329,7 @@ def sort_consolidate(data, times, diffs):
     if nw <= 1:
         keys = np.empty(n, np.uint64)
         if nw == 1:
-            _pack_word(data, times, mins, word_of, shifts, np.int64(0), empty, False, keys)
+            _pack_word(data, times, mins, word_of, shifts, I0, empty, False, keys)
         else:
             for r in range(n):
                 keys[r] = 0

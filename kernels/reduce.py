@@ -35,7 +35,6 @@ from numba import njit
 
 from .rows import I0, add_checked, mul_checked, row_cmp, row_eq, row_le
 
-
 __all__ = [
     "interesting_times",
     "accumulate",
@@ -502,16 +501,16 @@ def _interesting_times(seed_offs, seed_times, hist_offs, hist_times, upper):
                             tmp[0, c] = max(drows[i, c], drows[j, c])
                     if _in_future(upper, tmp, 0):
                         prows, npd, ptab, pst, _ = _set_insert(
-                            prows, npd, ptab, pst, gen, tmp, np.int64(0)
+                            prows, npd, ptab, pst, gen, tmp, I0
                         )
                     else:
                         drows, nd, dtab, dst, _ = _set_insert(
-                            drows, nd, dtab, dst, gen, tmp, np.int64(0)
+                            drows, nd, dtab, dst, gen, tmp, I0
                         )
                 i += 1
 
-            sa = _grow_vec(sa, np.int64(0), max(nd, npd))
-            sb = _grow_vec(sb, np.int64(0), max(nd, npd))
+            sa = _grow_vec(sa, I0, max(nd, npd))
+            sb = _grow_vec(sb, I0, max(nd, npd))
             order = _argsort_rows(drows, 0, nd, sa, sb)
             due_out = _grow_rows(due_out, n_due, n_due + nd)
             for r in range(nd):
@@ -614,13 +613,13 @@ def _accumulate(due_offs, due_times, upd_offs, upd_vals, upd_times, upd_diffs):
         t1 = due_offs[k + 1]
         if t0 == t1:
             continue
-        runs = _grow_vec(runs, np.int64(0), upd_offs[k + 1] - upd_offs[k] + 1)
+        runs = _grow_vec(runs, I0, upd_offs[k + 1] - upd_offs[k] + 1)
         nr = _run_starts(upd_vals, upd_offs[k], upd_offs[k + 1], runs)
         if one_d:
             # Totally ordered times: moments and each val's updates are both ascending,
             # so one pointer per val moves forward only and every update is added once.
-            ptr = _grow_vec(ptr, np.int64(0), nr)
-            acc = _grow_vec(acc, np.int64(0), nr)
+            ptr = _grow_vec(ptr, I0, nr)
+            acc = _grow_vec(acc, I0, nr)
             for r in range(nr):
                 ptr[r] = runs[r]
                 acc[r] = 0
@@ -773,19 +772,19 @@ def _corrections(
         o1 = out_offs[k + 1]
         w0 = want_offs[t0]
         w1 = want_offs[t1]
-        oruns = _grow_vec(oruns, np.int64(0), o1 - o0 + 1)
+        oruns = _grow_vec(oruns, I0, o1 - o0 + 1)
         nor = _run_starts(out_vals, o0, o1, oruns)
         # The key's outvals: the union of its old output's vals and every desired val,
         # numbered 0..nu-1 in val order so per-val sums live in a dense array.
         nc = nor + (w1 - w0)
-        cand = _grow_rows(cand, np.int64(0), nc)
-        uvals = _grow_rows(uvals, np.int64(0), nc)
-        cand_u = _grow_vec(cand_u, np.int64(0), nc)
-        sa = _grow_vec(sa, np.int64(0), nc)
-        sb = _grow_vec(sb, np.int64(0), nc)
-        cur = _grow_vec(cur, np.int64(0), nc)
-        want = _grow_vec(want, np.int64(0), nc)
-        cnt = _grow_vec(cnt, np.int64(0), nc + 1)
+        cand = _grow_rows(cand, I0, nc)
+        uvals = _grow_rows(uvals, I0, nc)
+        cand_u = _grow_vec(cand_u, I0, nc)
+        sa = _grow_vec(sa, I0, nc)
+        sb = _grow_vec(sb, I0, nc)
+        cur = _grow_vec(cur, I0, nc)
+        want = _grow_vec(want, I0, nc)
+        cnt = _grow_vec(cnt, I0, nc + 1)
         for r in range(nor):
             for c in range(ow):
                 cand[r, c] = out_vals[oruns[r], c]
@@ -847,7 +846,7 @@ def _corrections(
             cnt[c_u[i] + 1] += 1
         for u in range(nu):
             cnt[u + 1] += cnt[u]
-        perm = _grow_vec(perm, np.int64(0), ncor)
+        perm = _grow_vec(perm, I0, ncor)
         for i in range(ncor):
             perm[cnt[c_u[i]]] = i
             cnt[c_u[i]] += 1
@@ -1165,7 +1164,7 @@ def logic_distinct(mom_offs, acc_vals, acc_counts):
     Same inputs as :func:`logic_count`; the output keeps the input's val order.
     """
     mom_offs, acc_vals, acc_counts = _logic_inputs(mom_offs, acc_vals, acc_counts)
-    offs, vals, counts, n = _logic_top_k(mom_offs, acc_vals, acc_counts, np.int64(0), True)
+    offs, vals, counts, n = _logic_top_k(mom_offs, acc_vals, acc_counts, I0, True)
     return offs, vals[:n], counts[:n]
 
 
@@ -1273,10 +1272,10 @@ def make_user_driver(logic, out_width):
                     break
                 # Copy into int64 scratch: the user may return other integer dtypes or
                 # non-contiguous arrays, and the helper below is compiled for one type.
-                scratch_v = _grow_rows(scratch_v, np.int64(0), r)
-                scratch_c = _grow_vec(scratch_c, np.int64(0), r)
-                sa = _grow_vec(sa, np.int64(0), r)
-                sb = _grow_vec(sb, np.int64(0), r)
+                scratch_v = _grow_rows(scratch_v, I0, r)
+                scratch_c = _grow_vec(scratch_c, I0, r)
+                sa = _grow_vec(sa, I0, r)
+                sb = _grow_vec(sb, I0, r)
                 for i in range(r):
                     for c in range(ow):
                         scratch_v[i, c] = ov[i, c]

@@ -56,7 +56,6 @@ from numba.typed import List
 from .cursor import _find_keys
 from .rows import I0, add_checked, leaf
 
-
 __all__ = ["ordered_want", "trie_want", "val_ranges", "batch_list", "push_batch", "O_MIN",
            "O_MAX", "O_TOP_K"]
 
@@ -209,7 +208,7 @@ def _find_row(bd, col, a, z, cur, vw):
     is not less than ``cur``."""
     while a < z:
         mid = (a + z) >> 1
-        if _cmp_rows(bd, mid, col, cur, np.int64(0), np.int64(0), vw) < 0:
+        if _cmp_rows(bd, mid, col, cur, I0, I0, vw) < 0:
             a = mid + 1
         else:
             z = mid
@@ -400,7 +399,7 @@ def ordered_want(spine, lo, hi, big, off, vw, due_offs, due_t, h_offs, h_vals, h
                 if pos[s] == end[s]:
                     continue
                 if found:
-                    c = _cmp_rows(head, s, np.int64(0), cur, np.int64(0), np.int64(0), vw)
+                    c = _cmp_rows(head, s, I0, cur, I0, I0, vw)
                     better = c > 0 if desc else c < 0
                 else:
                     better = True
@@ -481,7 +480,7 @@ def trie_want(bats, lo, hi, due_offs, due_t, vw, o_offs, o_vals, o_f, nd, kw, mo
     p_offs = np.zeros(nk + 1, np.int64)
     g = np.int64(0)
     for r in range(1, nd.shape[0]):
-        if _cmp_rows(nd, r, np.int64(0), nd, r - 1, np.int64(0), kw) != 0:
+        if _cmp_rows(nd, r, I0, nd, r - 1, I0, kw) != 0:
             g += 1
             if g >= nk:
                 raise ValueError("trie_want: the new rows hold more keys than due_offs")
@@ -533,7 +532,7 @@ def trie_want(bats, lo, hi, due_offs, due_t, vw, o_offs, o_vals, o_f, nd, kw, mo
                 bo = 0 if b < nb else kw
                 better = True
                 if found:
-                    c = _cmp_rows(bv, pos[b], bo, cur, np.int64(0), np.int64(0), vw)
+                    c = _cmp_rows(bv, pos[b], bo, cur, I0, I0, vw)
                     better = c > 0 if desc else c < 0
                 if better:
                     for x in range(vw):
@@ -563,7 +562,7 @@ def trie_want(bats, lo, hi, due_offs, due_t, vw, o_offs, o_vals, o_f, nd, kw, mo
                     bat = bats[b]
                     a = edge[b] if desc else lo[b, kk]
                     z = hi[b, kk] if desc else edge[b]
-                    i = _find_row(bat[0], np.int64(0), a, z, cur, vw)
+                    i = _find_row(bat[0], I0, a, z, cur, vw)
                     if i < z and _cmp_rows(bat[0], i, I0, cur, I0, I0, vw) == 0:
                         for u in range(bat[1][i], bat[1][i + 1]):
                             et, ef, ne = _push(et, ef, ne, bat[2][u, 0], bat[3][u])

@@ -68,7 +68,6 @@ from .rows import I0, add_checked, leaf, list_item, list_leaf, mul_checked
 from .seqloop import S_LEAVE as SEQ_LEAVE, _nodes as seq_nodes, pack_fields
 from .seqloop import leave_rows as seq_leave_rows, run_times as seq_run_times
 from .seqloop import (buf_count as seq_buf_count, new_counters as seq_new_counters,
-
                       put_buf as seq_put_buf, set_buf_count as seq_set_buf_count)
 
 __all__ = ["KIND", "LOGIC", "new_state", "run", "set_hooks", "spine_sizes",
@@ -610,7 +609,7 @@ def _step_arrange(prog, st, n, p, q, k):
         if prm[n, 3] > 0:
             # The arrangement of a reduce that shares its trace with the reduce's
             # output: rows become (key, 0, vals, padding) (see _reduce_gather).
-            b = _tag_rows(b, prm[n, 4], prm[n, 3], np.int64(0))
+            b = _tag_rows(b, prm[n, 4], prm[n, 3], I0)
         if prm[n, 6] == 0:      # (1: read by a root count/sum only, no trace)
             st[2][s].append(b)
         _emit(prog, st, n, b)

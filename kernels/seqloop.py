@@ -94,7 +94,6 @@ from .hstate import _same_key as _same
 from .reduce import L_COUNT, L_DISTINCT, L_MAX, L_MIN, L_SUM, L_TOP_K
 from .rows import I0, add_checked, leaf, list_item, list_leaf, mul_checked
 
-
 __all__ = ["run_times", "leave_rows", "new_counters", "buf_count", "set_buf_count",
            "put_buf", "pack", "pack_fields", "NPW", "RTW"]
 
@@ -390,7 +389,7 @@ def _fit(bufs, cn, x, used, keep):
 def _drop_empty(bufs, cn, x):
     """Give back buffer ``x`` when it is empty and big."""
     if cn[_bn(x)] == 0 and cn[_bwords(x)] >= cn[SC_BIG]:
-        _fit(bufs, cn, x, np.int64(0), np.int64(0))
+        _fit(bufs, cn, x, I0, I0)
 
 
 @njit(cache=True, nogil=True)
@@ -1034,7 +1033,6 @@ def _join_deltas(bufs, cn, lx, nl, rx, nr, kw, j, ob):
 def _insert(tab, arena, meta, bufs, cn, tag, dx, n, kw, vw, j):
     """Insert delta buffer ``dx[:n]`` into trace ``tag`` at iteration ``j``; returns
     DONE, RQ_INSERT (the rest, from the key that lacked room) or OVF_ARR."""
-    # (np.int64(0), not 0: a literal argument compiles a copy of the callee of its own)
     r = _ins_apply(tab, arena, meta, tag, I0, list_item(bufs, dx), I0, n, kw,
                    vw, j)
     if r == OVERFLOW:
@@ -1616,7 +1614,7 @@ def _reduce_keys(tab, arena, meta, tag_in, tag_out, blk, kw, vw, ow, logic, lpar
                          np.int64(-1)) == OVERFLOW:
                 return OVF_CORR
         if fused and m > 0:
-            if block_add(tab, arena, meta, row_in, np.int64(0), dd, p0, e, 2 + kw, vw, 1,
+            if block_add(tab, arena, meta, row_in, I0, dd, p0, e, 2 + kw, vw, 1,
                          j) == OVERFLOW:
                 return OVF_IN
         if nxt != INF:
@@ -1796,7 +1794,7 @@ def _serve(nodes, bufs, cn, tab, arena, meta, ln, j, code):
     elif code == RQ_SCRATCH:
         for p in (P_ACC, P_DES, P_CUR):
             x = nodes[a, p]
-            _put(bufs, cn, x, _grown(_buf(bufs, x), np.int64(0), b))
+            _put(bufs, cn, x, _grown(_buf(bufs, x), I0, b))
     elif code == RQ_ROWS:
         tab = ensure_rows(tab, meta, a)
     elif code == RQ_ARENA:
@@ -1833,18 +1831,18 @@ def _fit_node(nodes, bufs, cn, ln, after):
     kind = nodes[ln, P_KIND]
     if kind == S_JOIN:
         if after:
-            _fit(bufs, cn, nodes[ln, P_D], np.int64(0), np.int64(0))
+            _fit(bufs, cn, nodes[ln, P_D], I0, I0)
         return
     q = nodes[ln, P_Q]
     d = nodes[ln, P_SCHED] if kind == S_REDUCE else nodes[ln, P_D]
     if not after:
         if cn[_bwords(d)] >= cn[SC_BIG]:
-            _fit(bufs, cn, d, cn[_bn(q)], np.int64(0))
+            _fit(bufs, cn, d, cn[_bn(q)], I0)
         return
     if cn[_bwords(q)] >= cn[SC_BIG]:
         _fit(bufs, cn, q, cn[_bn(q)], cn[_bn(q)])
     if kind == S_REDUCE and cn[_bwords(nodes[ln, P_D])] >= cn[SC_BIG]:
-        _fit(bufs, cn, nodes[ln, P_D], np.int64(0), np.int64(0))
+        _fit(bufs, cn, nodes[ln, P_D], I0, I0)
 
 
 @leaf
