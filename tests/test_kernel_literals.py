@@ -94,6 +94,17 @@ def _resolve(ns, m, name, seen=()):
     return _resolve(ns, target[0], target[1], seen + (target,)) or target
 
 
+def _assigned_names(fn):
+    """The names ``fn``'s body assigns (``=``, ``+=``, ``for`` targets)."""
+    names = set()
+    for n in ast.walk(fn):
+        targets = n.targets if isinstance(n, ast.Assign) else \
+            [n.target] if isinstance(n, (ast.AugAssign, ast.AnnAssign, ast.For)) else []
+        for t in targets:
+            names.update(x.id for x in ast.walk(t) if isinstance(x, ast.Name))
+    return names
+
+
 def literal_patterns(root=KERNELS):
     """(module, kernel) -> {pattern: [call sites]}, a pattern being the tuple of
     (position, literal) of a call's integer-literal positional arguments.
@@ -110,12 +121,7 @@ def literal_patterns(root=KERNELS):
                 kinds[(m, node.name)] = _compiled_kind(node)
     consts = _int_constants(mods)
     ns = _namespaces(mods)
-    assigned = {k: {t.id for n in ast.walk(fn) if isinstance(n, (ast.Assign, ast.AugAssign,
-                                                                  ast.For))
-                     for t in ast.walk(n.target if not isinstance(n, ast.Assign)
-                                       else ast.Tuple(elts=n.targets))
-                     if isinstance(t, ast.Name)}
-                for k, fn in defs.items()}
+    assigned = {k: _assigned_names(fn) for k, fn in defs.items()}
 
     def literal(m, params, a):
         if isinstance(a, ast.Constant) and type(a.value) is int:
