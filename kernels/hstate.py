@@ -64,7 +64,7 @@ import numpy as np
 from numba import njit
 
 from .hooks import alloc2d, release_rows
-from .rows import add_checked, leaf, move_rows, prefetch_row
+from .rows import BFALSE, BTRUE, add_checked, leaf, move_rows, prefetch_row
 
 __all__ = ["new_state", "new_meta", "insert_delta", "gc", "find_rows", "read_key",
            "records", "free_chunks", "M_ROWS", "M_TOP", "M_GARB", "M_LIVE", "M_EMPTY",
@@ -440,7 +440,7 @@ def _rehash(tab, cap, step, drop_empty=False):
     ``step`` rows, each given back once it is copied (when ``step`` is less than its
     rows, see :func:`_move_step`): ``tab`` is dead afterwards."""
     KW = tab.shape[1] - RW_EXTRA
-    out = alloc2d(cap, tab.shape[1], True)
+    out = alloc2d(cap, tab.shape[1], BTRUE)
     n = tab.shape[0]
     r0 = np.int64(0)
     while r0 < n:
@@ -490,7 +490,7 @@ def ensure_rows(tab, meta, more):
     """``tab``, or a larger copy, with room for ``more`` new rows at the load bound."""
     if rows_room(tab, meta, more):
         return tab
-    return _rehash(tab, _table_cap(meta[M_ROWS] + more), _move_step(tab))
+    return _rehash(tab, _table_cap(meta[M_ROWS] + more), _move_step(tab), BFALSE)
 
 
 @njit(cache=True, nogil=True)
@@ -535,13 +535,13 @@ def ensure_entries(tab, arena, meta, more):
     live = meta[M_LIVE]
     if meta[M_GARB] >= live:
         size = max(np.int64(16), 2 * (2 * live + more))
-        out = alloc2d(size, arena.shape[1], False)
+        out = alloc2d(size, arena.shape[1], BFALSE)
         meta[M_TOP] = _compact_into(tab, arena, out)
         meta[M_GARB] = 0
         meta[M_MAXC:M_SWITCH] = -1
         return out
     size = max(2 * arena.shape[0], meta[M_TOP] + more + (meta[M_TOP] >> 1))
-    out = alloc2d(size, arena.shape[1], False)
+    out = alloc2d(size, arena.shape[1], BFALSE)
     _move_rows(arena, out, meta[M_TOP], _move_step(arena))
     return out
 
@@ -555,12 +555,12 @@ def gc(tab, arena, meta):
     empty = meta[M_EMPTY]
     if empty * 2 > rows and rows > 64:
         keep = rows - empty
-        tab = _rehash(tab, _table_cap(2 * keep), _move_step(tab), True)
+        tab = _rehash(tab, _table_cap(2 * keep), _move_step(tab), BTRUE)
         meta[M_ROWS] = keep
         meta[M_EMPTY] = 0
     if meta[M_GARB] > meta[M_LIVE] and meta[M_TOP] > 1024:
         out_a = alloc2d(max(np.int64(16), 2 * meta[M_LIVE] + (meta[M_LIVE] >> 1)),
-                        arena.shape[1], False)
+                        arena.shape[1], BFALSE)
         meta[M_TOP] = _compact_into(tab, arena, out_a)
         meta[M_GARB] = 0
         meta[M_MAXC:M_SWITCH] = -1

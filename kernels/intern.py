@@ -30,7 +30,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .rows import prefetch_row
+from .rows import BFALSE, BTRUE, prefetch_row
 
 __all__ = ["hashes", "intern", "intern_hashed", "new_state"]
 
@@ -228,14 +228,14 @@ def intern_hashed(data, voffs, hs, blob, offs, table, meta):
     n0 = meta[0]
     nb0 = meta[1]
     blob, offs, table = _probe_all(data, voffs, hs, blob, offs, table, meta, codes,
-                                   False)
+                                   BFALSE)
     if not _verified(data, voffs, blob, offs, codes):
         # two values share a hash: undo the batch's insertions, compare bytes
         table = _rebuilt(table, table.shape[0], n0)
         meta[0] = n0
         meta[1] = nb0
         blob, offs, table = _probe_all(data, voffs, hs, blob, offs, table, meta, codes,
-                                       True)
+                                       BTRUE)
     return codes, blob, offs, table
 
 

@@ -39,7 +39,7 @@ from numba import njit
 
 from .hooks import alloc2d, release_rows
 from .hstate import MAX_SLOTS, _hash, _move_step, _slot, grid_cap, place_row
-from .rows import add_checked, leaf, mul_checked, prefetch_row
+from .rows import BTRUE, add_checked, leaf, mul_checked, prefetch_row
 
 __all__ = ["agg_step", "distinct_step", "M_VALUES", "M_KEYS"]
 
@@ -157,7 +157,7 @@ def _resized(t, w, used, more):
         ncap = max(np.int64(_MIN_SLOTS), grid_cap(2 * want, np.int64(3), np.int64(4)))
     if ncap == cap:
         return t
-    out = alloc2d(ncap, t.shape[1], True)
+    out = alloc2d(ncap, t.shape[1], BTRUE)
     step = _move_step(t)
     r0 = np.int64(0)
     while r0 < cap:

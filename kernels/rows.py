@@ -20,6 +20,14 @@ from numba.extending import intrinsic
 #: a plain int64.
 I0 = np.int64(0)
 
+#: Flags to pass where a kernel's callers differ in the flag they pass, for the same
+#: reason: a bare ``True``/``False`` is typed as a literal and the callee is compiled
+#: once for each (and once more for a computed flag). Where a literal flag is kept on
+#: purpose, so that Numba prunes the branch it selects in a hot loop, the kernel is
+#: listed in ``tests/test_kernel_literals.py``.
+BTRUE = np.bool_(True)
+BFALSE = np.bool_(False)
+
 
 def leaf(fn):
     """Compile a *leaf kernel*: ``@njit(cache=True, nogil=True)`` without reference

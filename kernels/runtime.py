@@ -64,7 +64,8 @@ from .reduce import (L_CALLBACK, L_COUNT, L_DISTINCT, L_MAX, L_MIN, L_SUM,  # no
                      _logic_sum, _logic_top_k)
 from .rootagg import agg_step, distinct_step
 from .rootorder import O_MAX, O_MIN, O_TOP_K, SMALL as ORDER_SMALL, ordered_want
-from .rows import I0, add_checked, leaf, list_item, list_leaf, mul_checked
+from .rows import (BFALSE, BTRUE, I0, add_checked, leaf, list_item, list_leaf,
+                   mul_checked)
 from .seqloop import S_LEAVE as SEQ_LEAVE, _nodes as seq_nodes, pack_fields
 from .seqloop import leave_rows as seq_leave_rows, run_times as seq_run_times
 from .seqloop import (buf_count as seq_buf_count, new_counters as seq_new_counters,
@@ -815,9 +816,9 @@ def _pairs(ld, lt, lf, l0, l1, rd, rt, rf, r0, r1, kw, od, ot, of, o, acc_right,
     lw = ld.shape[1]
     rw = rd.shape[1]
     if acc_right:
-        return _pairs_xy(ld, lt, lf, l0, l1, rd, rt, rf, r0, r1, True, lw, rw, kw,
+        return _pairs_xy(ld, lt, lf, l0, l1, rd, rt, rf, r0, r1, BTRUE, lw, rw, kw,
                          od, ot, of, o, gbuf)
-    return _pairs_xy(rd, rt, rf, r0, r1, ld, lt, lf, l0, l1, False, lw, rw, kw,
+    return _pairs_xy(rd, rt, rf, r0, r1, ld, lt, lf, l0, l1, BFALSE, lw, rw, kw,
                      od, ot, of, o, gbuf)
 
 
@@ -1988,10 +1989,10 @@ def _step_reduce(prog, st, n, p, k):
                                                       logic == L_MAX)
     elif logic == L_DISTINCT:
         w_offs, w_vals, w_counts, nw = _logic_top_k(mom_offs, acc_vals, acc_counts, I0,
-                                                    True)
+                                                    BTRUE)
     elif logic == L_TOP_K:
         w_offs, w_vals, w_counts, nw = _logic_top_k(mom_offs, acc_vals, acc_counts, lparam,
-                                                    False)
+                                                    BFALSE)
     else:
         w_offs, w_vals, w_counts = _cb_logic(n, mom_offs, acc_vals, acc_counts)
         nw = w_counts.shape[0]

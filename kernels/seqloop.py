@@ -92,7 +92,8 @@ from .hstate import (M_EPOCH, M_TOP, OVERFLOW, RW_EXTRA, _block_add, _block_need
 from .hstate import PF_AHEAD, _move_rows, _move_step, _pf_block, _pf_on, _pf_slot
 from .hstate import _same_key as _same
 from .reduce import L_COUNT, L_DISTINCT, L_MAX, L_MIN, L_SUM, L_TOP_K
-from .rows import I0, add_checked, leaf, list_item, list_leaf, mul_checked
+from .rows import (BFALSE, BTRUE, I0, add_checked, leaf, list_item, list_leaf,
+                   mul_checked)
 
 __all__ = ["run_times", "leave_rows", "new_counters", "buf_count", "set_buf_count",
            "put_buf", "pack", "pack_fields", "NPW", "RTW"]
@@ -2099,9 +2100,9 @@ def run_times(lp, bufs, cn, tab, arena, meta, ups, times, stats, info):
             if code == R_WARN:
                 _cb_warn(loop, cn[SC_J])
             elif code == R_FIT_PRE:
-                _fit_node(nodes, bufs, cn, ln, False)
+                _fit_node(nodes, bufs, cn, ln, BFALSE)
             elif code == R_FIT_POST:
-                _fit_node(nodes, bufs, cn, ln, True)
+                _fit_node(nodes, bufs, cn, ln, BTRUE)
             elif code == R_IDLE:
                 _drop_idle(nodes, bufs, cn, ln)
             else:
