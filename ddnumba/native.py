@@ -290,16 +290,23 @@ KERNELS_FINDER = (
 
 
 def helper_command():
-    """The helper process's command line: this interpreter, with this process's
-    import path (a script's own directory included) ahead of its own, running
-    :func:`_compile_loop_kernel`.
+    """The helper process's command line: :func:`child_command` running
+    :func:`_compile_loop_kernel`."""
+    return child_command("import ddnumba.native as n; n._compile_loop_kernel()",
+                         "ddnumba compile helper")
+
+
+def child_command(body, who="ddnumba child process"):
+    """A command line running the Python source ``body`` in a child process with this
+    process's ddnumba: this interpreter, with this process's import path (a script's
+    own directory included) ahead of its own.
 
     ``ddnumba.kernels`` is imported from the directory this process imported it from,
     whatever finder found it here (an installed ddnumba maps it to the top-level
-    ``kernels/``; ``bench ab`` maps it to another checkout's), and the helper exits with
-    status 1 and a message if its ``ddnumba`` or ``ddnumba.kernels`` is not this
-    process's: it would compile another tree's kernel into another cache, and this
-    process would then compile its own after all."""
+    ``kernels/``; ``bench ab`` maps it to another checkout's), and the child exits with
+    status 1 and a message (``who``: ...) if its ``ddnumba`` or ``ddnumba.kernels`` is
+    not this process's: the compile helper would compile another tree's kernel into
+    another cache, and this process would then compile its own after all."""
     import os
     import sys
 
@@ -315,10 +322,9 @@ def helper_command():
         "got = [os.path.realpath(ddnumba.__file__), "
         "os.path.realpath(ddnumba.kernels.__file__)]\n"
         "if got != {own!r}:\n"
-        "    sys.exit('ddnumba compile helper: imported ' + ' and '.join(got) + "
+        "    sys.exit({who!r} + ': imported ' + ' and '.join(got) + "
         "', not the caller\\'s ' + ' and '.join({own!r}))\n"
-        "import ddnumba.native as n; n._compile_loop_kernel()"
-    ).format(path=list(sys.path), kdir=kdir, own=own)
+    ).format(path=list(sys.path), kdir=kdir, own=own, who=who) + body
     return [sys.executable, "-c", code]
 
 

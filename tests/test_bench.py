@@ -340,3 +340,26 @@ def test_feed_reports_the_mean_throughput_of_its_runs():
     lat = np.asarray(r["latencies"])
     assert len(lat) == 3
     assert r["mean_changes_per_s"] == pytest.approx(60 / lat.sum())
+
+
+def test_the_load_is_timed_after_the_runtime_is_ready(monkeypatch):
+    """``ReachSession.load`` has the dataflow compile (or load) its runtime before its
+    clock starts: on a machine's first use that compile takes minutes, which is not
+    the load (``bench targets`` once read a 184 s load so)."""
+    import types
+
+    from ddnumba import bench
+    events = []
+    clock = types.SimpleNamespace(perf_counter=lambda: events.append("clock") or 0.0)
+    session = ReachSession(50, 10)
+    try:
+        prepare = session.df.prepare
+        monkeypatch.setattr(session.df, "prepare",
+                            lambda: (events.append("prepare"), prepare())[1])
+        monkeypatch.setattr(bench, "time", clock)
+        session.load()
+        assert events[:2] == ["prepare", "clock"]
+        monkeypatch.undo()
+        assert session.recompute()[1]
+    finally:
+        session.close()

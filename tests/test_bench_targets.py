@@ -257,6 +257,34 @@ def test_the_sustained_pairs_alternate_fresh_and_long_sessions_run_by_run(monkey
         bt.measure(300, 100, 3999, pairs=3)
 
 
+def test_the_runtime_is_compiled_apart_before_anything_is_measured(monkeypatch):
+    """``measure`` has a child process compile the runtime (or load it) first, so that
+    neither the load's seconds nor this process's peak memory hold the compiler's."""
+    events = []
+    monkeypatch.setattr(bt, "compile_apart", lambda: events.append("compile") or 1.5)
+    monkeypatch.setattr(bt, "_segments", lambda side, *a: events.append(side))
+    _fake_sustained_runs(monkeypatch)
+    figs = bt.measure(300, 100, 3000, pairs=2, touch_mib=0)
+    assert events == ["compile", "large", "small"]
+    assert figs["compile_apart_s"] == 1.5
+
+
+def test_compile_apart_runs_this_ddnumba_in_a_child_and_reports_its_failure(monkeypatch):
+    """The child readies the benchmark's runtime (here: loads it from the cache the
+    test session compiled); a child that fails stops the command with its status."""
+    assert bt.compile_apart() > 0
+    import sys
+
+    from ddnumba import native
+    cmds = []
+    monkeypatch.setattr(native, "child_command",
+                        lambda body, who: cmds.append((body, who))
+                        or [sys.executable, "-c", "raise SystemExit(3)"])
+    with pytest.raises(SystemExit, match="in a child process failed .exit status 3"):
+        bt.compile_apart()
+    assert "build_reach()[0].prepare()" in cmds[0][0]
+
+
 def test_the_sustained_windows_are_the_long_runs_own(monkeypatch):
     """``first`` and ``last`` are the long run's first 1,000 runs and its last 1,000
     before the pairs, and ``long`` its runs during them: a fake session whose runs

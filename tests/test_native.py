@@ -2422,6 +2422,48 @@ def test_graph_fixed_after_first_native_run(engine):
     assert cap.at(1).to_pylist() == [{"k": 1, "count": 2, "count_": 1}]
 
 
+def test_prepare_readies_the_runtime_before_any_input_and_fixes_the_graph():
+    """``Dataflow.prepare()`` settles the engine and has the runtime compiled (or
+    loaded) before any input, as a program that times its runs would call it; the
+    graph is then fixed as after a first run, and the runs give what they give
+    without it."""
+    from ddnumba import native as N
+    from ddnumba.kernels import runtime as _rt
+    df = dd.Dataflow(engine="auto")
+    inp, c = df.new_input(["k", "v"])
+    cap = c.count().capture()
+    assert df._native is None
+    df.prepare()
+    assert isinstance(df._native, NativeEngine) and df._native._prepared
+    assert not N._cold(_rt.run) and df._native._run_fn is not _rt.run
+    with pytest.raises(RuntimeError, match=r"after the first run\(\) \(or prepare\(\)\)"):
+        c.distinct()
+    df.prepare()        # again: nothing left to do
+    inp.insert([1, 1], [2, 3], time=0)
+    inp.advance_to(1)
+    df.run()
+    assert cap.at(0).to_pylist() == [{"k": 1, "count": 2, "count_": 1}]
+
+
+def test_prepare_leaves_a_python_or_workers_graph_open():
+    """On the Python engine ``prepare()`` only settles the engine (operators may be
+    added until the first run, as without it); with workers it does nothing (their
+    processes start at the first run)."""
+    df = dd.Dataflow(engine="python")
+    inp, c = df.new_input(["k"])
+    df.prepare()
+    assert df._native is False
+    cap = c.count().capture()
+    inp.insert([4], time=0)
+    inp.advance_to(1)
+    df.run()
+    assert cap.at(0).to_pylist() == [{"k": 4, "count": 1, "count_": 1}]
+    dw = dd.Dataflow(workers=2)
+    dw.new_input(["k"])
+    dw.prepare()
+    assert dw._native is None and dw.cluster is None
+
+
 def test_python_engine_refuses_operators_after_a_run_too():
     """The restriction holds on the Python engine as well (it used to accept a late
     operator, which then saw only later updates; see also
