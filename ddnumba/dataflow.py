@@ -713,6 +713,12 @@ class Dataflow:
         from ddnumba.operators.iterate import build_loop
         return build_loop(self.root, build, max_iterations=max_iterations, name=name)
 
+    def _refuse_if_failed(self):
+        """RuntimeError if an earlier run() stopped part-way (see :meth:`run`)."""
+        if self._failed is not None:
+            raise RuntimeError(f"this dataflow failed in an earlier run() "
+                               f"({self._failed}); build a new one") from None
+
     def prepare(self):
         """Settle the engine and compile the native runtime (or load it from Numba's
         cache) now rather than in the first :meth:`run`, which does this itself.
@@ -734,9 +740,7 @@ class Dataflow:
         >>> got.at(0).to_pylist()
         [{'odd': 0, 'count': 1, 'count_': 1}, {'odd': 1, 'count': 2, 'count_': 1}]
         """
-        if self._failed is not None:
-            raise RuntimeError(f"this dataflow failed in an earlier run() "
-                               f"({self._failed}); build a new one") from None
+        self._refuse_if_failed()
         if self.workers != 1:
             return
         if self._native is None:
@@ -774,9 +778,7 @@ class Dataflow:
         Any exception raised by a user function (``map``, ``filter``, ...) passes
         through, and also fails the dataflow for later runs.
         """
-        if self._failed is not None:
-            raise RuntimeError(f"this dataflow failed in an earlier run() "
-                               f"({self._failed}); build a new one") from None
+        self._refuse_if_failed()
         held = None
         if self.workers == 1:
             self.prepare()

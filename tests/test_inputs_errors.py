@@ -640,6 +640,8 @@ def test_run_after_a_failed_run_is_refused(engine, failure):
     inp.advance_to(3)
     with pytest.raises(RuntimeError, match="failed in an earlier run.*(Overflow|sevens)"):
         df.run()
+    with pytest.raises(RuntimeError, match="failed in an earlier run.*(Overflow|sevens)"):
+        df.prepare()
     assert cap.at(0).num_rows == 1           # what the good run produced is still there
 
 
