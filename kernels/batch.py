@@ -27,7 +27,7 @@ import numpy as np
 from numba import njit
 
 from .hooks import release_rows
-from .rows import I0, add_counted, flat_view, leaf
+from .rows import BTRUE, I0, add_counted, flat_view, leaf
 from .sort import _bucket_sort, _column_widths, _lsd_sort, _pack_word, _unpack_word
 
 __all__ = ["sort_consolidate", "consolidate_dead", "merge", "seek", "seek_fenced", "fence",
@@ -582,7 +582,7 @@ def merge(a, b, since):
                 of[k] = dv
                 k += 1
         if advanced and k - start > 1:       # (one update cannot collide)
-            k = _close_group(ot, of, start, k, advanced)
+            k = _close_group(ot, of, start, k, BTRUE)
             if k < 0:
                 raise OverflowError("merge: a sum of diffs overflows int64")
         if src == 1:

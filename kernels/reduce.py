@@ -382,8 +382,8 @@ def _interesting_times_1d(seed_offs, seed_times, hist_offs, hist_times, upper):
     pend_offs = np.zeros(K + 1, np.int64)
     scratch = np.empty(16, np.int64)
     sorder = np.empty(16, np.int64)
-    n_due = 0
-    n_pend = 0
+    n_due = np.int64(0)
+    n_pend = np.int64(0)
     bad_seed = -1
     for k in range(K):
         s0 = seed_offs[k]
@@ -402,7 +402,7 @@ def _interesting_times_1d(seed_offs, seed_times, hist_offs, hist_times, upper):
             if scratch.shape[0] < need:
                 scratch = np.empty(2 * need, np.int64)
                 sorder = np.empty(2 * need, np.int64)
-            m = 0
+            m = np.int64(0)
             for s in range(s0, s1):
                 scratch[m] = seed_times[s, 0]
                 m += 1
@@ -438,8 +438,8 @@ def _interesting_times(seed_offs, seed_times, hist_offs, hist_times, upper):
     pend_offs = np.zeros(K + 1, np.int64)
     due_out = np.empty((max(16, seed_times.shape[0]), d), np.int64)
     pend_out = np.empty((16, d), np.int64)
-    n_due = 0
-    n_pend = 0
+    n_due = np.int64(0)
+    n_pend = np.int64(0)
     tmp = np.empty((1, d), np.int64)
     meet = np.empty(d, np.int64)
     bad_seed = -1
@@ -450,15 +450,15 @@ def _interesting_times(seed_offs, seed_times, hist_offs, hist_times, upper):
     prows, ptab, pst = _new_set(d)
     sa = np.empty(16, np.int64)
     sb = np.empty(16, np.int64)
-    gen = 0
+    gen = np.int64(0)
     for k in range(K):
         s0 = seed_offs[k]
         s1 = seed_offs[k + 1]
         if s0 < s1:
             gen += 1  # empties the three sets
-            nh = 0
-            nd = 0
-            npd = 0
+            nh = np.int64(0)
+            nd = np.int64(0)
+            npd = np.int64(0)
             # Every element of the closure is >= the meet of the seeds, so history time
             # a can be replaced by a v meet without changing any join with an element of
             # the closure; equal replacements collapse (in 1-D, all a <= meet become one).
@@ -601,7 +601,7 @@ def _accumulate(due_offs, due_times, upd_offs, upd_vals, upd_times, upd_diffs):
     mom_offs = np.zeros(M + 1, np.int64)
     out_vals = np.empty((max(16, M), vw), np.int64)
     out_counts = np.empty(max(16, M), np.int64)
-    n = 0
+    n = np.int64(0)
     overflow = False
     one_d = due_times.shape[1] == 1
     # Scratch reused by every key (per-key allocation would dominate small keys).
@@ -746,7 +746,7 @@ def _corrections(
     r_vals = np.empty((16, ow), np.int64)
     r_times = np.empty((16, d), np.int64)
     r_diffs = np.empty(16, np.int64)
-    nres = 0
+    nres = np.int64(0)
     overflow = False
     # Scratch reused by every key (per-key allocation would dominate small keys).
     oruns = np.empty(16, np.int64)
@@ -801,7 +801,7 @@ def _corrections(
                 nu += 1
             cand_u[ci] = nu - 1
 
-        ncor = 0
+        ncor = np.int64(0)
         for t in range(t0, t1):
             for u in range(nu):
                 cur[u] = 0
@@ -1259,7 +1259,7 @@ def make_user_driver(logic, out_width):
         scratch_c = np.empty(16, np.int64)
         sa = np.empty(16, np.int64)
         sb = np.empty(16, np.int64)
-        n = 0
+        n = np.int64(0)
         status = 0  # 0 ok, 1 overflow, 2 bad shape
         for t in range(M):
             a = mom_offs[t]

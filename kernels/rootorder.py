@@ -424,7 +424,7 @@ def ordered_want(spine, lo, hi, big, off, vw, due_offs, due_t, h_offs, h_vals, h
                     bd = hv
                     bt = ht
                     bf = hf
-                    o = 0
+                    o = I0
                 while pos[s] != end[s] and _cmp_rows(bd, pos[s], o, cur, I0, I0, vw) == 0:
                     et, ef, ne = _push(et, ef, ne, bt[pos[s], 0], bf[pos[s]])
                     pos[s] += -1 if desc else 1

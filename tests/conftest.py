@@ -66,20 +66,50 @@ def loop_mode(request):
 _COMPILES = collections.Counter()
 _ONCE = ("ddnumba.kernels.seqloop.run_times",)
 _FAILED_ELSEWHERE = []      # (the controller's: what its workers or the warm-up found)
+# Every kernel's compiles in this process (the controller's: in its workers too), as
+# {kernel: {(plain signature, signature)}}: a kernel compiled twice for one plain
+# signature got a literal argument one of those times, an avoidable compile
+# (literal_allowances.literal_copies; tests/test_kernel_literals.py reads the sources
+# for the same; found only where kernels compile, on a cold cache).
+_SIGS = collections.defaultdict(set)
+_KERNELS = ("ddnumba.kernels.",)       # (the modules whose compiles are recorded)
 
 
-def pytest_configure(config):
-    from numba.core import event
+def _literal_copies(sigs):
+    """``literal_allowances.literal_copies`` (loaded from beside this file: a copy of
+    these hooks elsewhere, as tests/test_conftest_checks.py makes, still finds it)."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                        "literal_allowances.py")
+    spec = importlib.util.spec_from_file_location("ddnumba_literal_allowances", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.literal_copies(sigs)
+
+
+def _listen(compiles, sigs):
+    """Count every compile into ``compiles`` and record the kernels' signatures in
+    ``sigs`` (Numba's compile event: it fires for a compile, not a cache load)."""
+    from numba.core import event, types
 
     class CompileCounter(event.Listener):
         def on_start(self, ev):
             f = ev.data["dispatcher"].py_func
-            _COMPILES[f"{f.__module__}.{f.__qualname__}"] += 1
+            name = f"{f.__module__}.{f.__qualname__}"
+            compiles[name] += 1
+            if f.__module__.startswith(_KERNELS):
+                args = tuple(ev.data["args"])
+                sigs[name].add((str(tuple(types.unliteral(a) for a in args)),
+                                str(args)))
 
         def on_end(self, ev):
             pass
 
     event.register("numba:compile", CompileCounter())
+
+
+def pytest_configure(config):
+    _listen(_COMPILES, _SIGS)
     if _distributing(config):
         _compile_runtime_first(config)
 
@@ -92,7 +122,11 @@ def pytest_configure(config):
 # the helper, see ddnumba.native.compile_runtime), and the workers load it from
 # Numba's cache. With the runtime cached already the subprocess only checks that.
 _WARM_UP = """
-import sys
+import collections, json, sys
+sys.path.insert(0, "tests")
+from conftest import _listen, _literal_copies
+kernel_sigs = collections.defaultdict(set)
+_listen(collections.Counter(), kernel_sigs)
 from ddnumba import native
 from ddnumba.kernels import runtime
 if native._cache_entries(runtime.run) != 0:
@@ -119,6 +153,10 @@ if len(sigs) != 1:
           f"the runtime's compile (a signature in ddnumba.native differs from the one "
           f"its caller uses)", file=sys.stderr)
     sys.exit(3)
+copies = _literal_copies(kernel_sigs)
+if copies:
+    print(json.dumps(copies), file=sys.stderr)
+    sys.exit(4)
 """
 
 
@@ -137,6 +175,10 @@ def _compile_runtime_first(config):
     if proc.returncode == 3:
         _FAILED_ELSEWHERE.append("the up-front compile of the native runtime compiled "
                                  "kernels.seqloop.run_times for two signatures")
+    elif proc.returncode == 4:
+        _FAILED_ELSEWHERE.append("the up-front compile of the native runtime compiled "
+                                 "kernels for literal arguments as well as plain ones "
+                                 "(printed above)")
     elif proc.returncode != 0:
         # (the workers then compile it themselves, and the tests say what is wrong)
         _FAILED_ELSEWHERE.append(f"the up-front compile of the native runtime failed "
@@ -152,7 +194,10 @@ def pytest_collection_modifyitems(config, items):
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node, error):
     """(controller) A worker's report of kernels it compiled twice."""
-    twice = getattr(node, "workeroutput", {}).get("ddnumba_compiled_twice")
+    out = getattr(node, "workeroutput", {})
+    for name, pairs in out.get("ddnumba_kernel_sigs", {}).items():
+        _SIGS[name].update(tuple(p) for p in pairs)
+    twice = out.get("ddnumba_compiled_twice")
     if twice:
         worker = getattr(node, "workerinput", {}).get("workerid", "?")
         _FAILED_ELSEWHERE.append(f"worker {worker}: kernels compiled more than once "
@@ -165,9 +210,18 @@ def pytest_testnodedown(node, error):
 def pytest_sessionfinish(session, exitstatus):
     twice = {k: _COMPILES[k] for k in _ONCE if _COMPILES[k] > 1}
     workeroutput = getattr(session.config, "workeroutput", None)
-    if twice and workeroutput is not None:
-        workeroutput["ddnumba_compiled_twice"] = twice      # (sent to the controller)
+    if workeroutput is not None:
+        if twice:
+            workeroutput["ddnumba_compiled_twice"] = twice  # (sent to the controller)
+        workeroutput["ddnumba_kernel_sigs"] = {k: sorted(v) for k, v in _SIGS.items()}
     problems = list(_FAILED_ELSEWHERE)
+    copies = _literal_copies(_SIGS) if workeroutput is None else {}
+    if copies:
+        problems.append("kernels compiled for literal arguments as well as plain ones "
+                        "(each compile is avoidable: pass np.int64(...), rows.BTRUE or "
+                        "rows.BFALSE, or start an accumulator at np.int64(0); see "
+                        "tests/test_kernel_literals.py): " + "; ".join(
+                            f"{k}: {v}" for k, v in sorted(copies.items())))
     if twice:
         problems.append(f"kernels compiled more than once in this process (a "
                         f"signature in ddnumba.native differs from the one its caller "

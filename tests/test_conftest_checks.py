@@ -1,7 +1,8 @@
 """The suite's own checks (tests/conftest.py) hold when it runs in worker processes:
 a kernel compiled twice fails the session whether a worker or the only process
-compiled it, a failed up-front compile of the native runtime fails it, and tests
-marked ``slow`` are collected first.
+compiled it, and so does a kernel compiled for a literal argument as well as a plain
+one; a failed up-front compile of the native runtime fails it, and tests marked
+``slow`` are collected first.
 
 Each case runs pytest in a subprocess on a small module in a temporary directory,
 whose conftest loads this suite's conftest under another name and takes its hooks;
@@ -23,6 +24,7 @@ CONFTEST = textwrap.dedent(f"""
     suite = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(suite)
     suite._ONCE = suite._ONCE + ("test_twice.twice",)
+    suite._KERNELS = suite._KERNELS + ("test_twice",)
     WARM_UP = {{WARM_UP}}
     if WARM_UP is not None:
         suite._WARM_UP = WARM_UP
@@ -45,16 +47,31 @@ MODULE = textwrap.dedent("""
         if {COMPILE_TWICE}:
             assert twice(1.5) == 2.5       # a second signature: a second compile
 
+    @njit
+    def add(x, n):
+        return x + n
+
+    @njit
+    def accumulate(k):
+        # n is 0 (a literal) until typing meets the value add returns: add is
+        # compiled for Literal[int](0), then for int64
+        n = 0
+        for i in range(k):
+            n = add(n, i)
+        return n
+
     @pytest.mark.slow
     def test_last_but_slow():
-        pass
+        if {LITERAL}:
+            assert accumulate(4) == 6
 """)
 
 
-def _run(tmp_path, args, *, compile_twice=False, warm_up=None):
+def _run(tmp_path, args, *, compile_twice=False, warm_up=None, literal=False):
     (tmp_path / "conftest.py").write_text(CONFTEST.replace("{WARM_UP}", repr(warm_up)))
     (tmp_path / "test_twice.py").write_text(
-        MODULE.replace("{COMPILE_TWICE}", str(compile_twice)))
+        MODULE.replace("{COMPILE_TWICE}", str(compile_twice))
+        .replace("{LITERAL}", str(literal)))
     (tmp_path / "pytest.ini").write_text(
         "[pytest]\nmarkers =\n    slow: long\n")
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"))
@@ -75,6 +92,20 @@ def test_a_kernel_compiled_twice_fails_the_session(tmp_path, args):
     assert "'test_twice.twice': 2" in bad.stdout
     if args[1] != "0":
         assert "worker gw" in bad.stdout         # reported by the worker that ran it
+
+
+@pytest.mark.parametrize("args", [["-n", "2"], ["-n", "0"]], ids=["workers", "one"])
+def test_a_kernel_compiled_for_a_literal_and_a_plain_argument_fails_the_session(
+        tmp_path, args):
+    ok = _run(tmp_path, args, warm_up="pass")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    # (with workers: a worker compiles it, the controller reports it)
+    bad = _run(tmp_path, args, warm_up="pass", literal=True)
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert "2 passed" in bad.stdout
+    assert "kernels compiled for literal arguments as well as plain ones" in bad.stdout
+    assert "test_twice.add: ['(Literal[int](0), int64)', '(int64, int64)']" \
+        in bad.stdout, bad.stdout
 
 
 @pytest.mark.parametrize("code, says", [

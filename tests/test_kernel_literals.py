@@ -16,25 +16,18 @@ own (``@njit`` without ``inline="always"``, ``@leaf``, ``@list_leaf``) made from
 compiled code, it puts each positional argument down as a literal (an integer or
 boolean constant, a negated integer, or a module-level integer constant of the
 kernels) or as anything else, and fails when one kernel's call sites give more than
-one such pattern, unless the kernel is in ``ALLOWED``: a flag kept literal on purpose,
-so that Numba prunes the branch it selects in a hot loop. Calls from Python are left
-out (Numba types a Python argument by its type alone, never as a literal).
+one such pattern, unless the kernel is in ``ALLOWED`` (``literal_allowances.py``): a
+flag kept literal on purpose, so that Numba prunes the branch it selects in a hot loop.
+Calls from Python are left out (Numba types a Python argument by its type alone, never
+as a literal). ``conftest.py`` checks what a cold test session compiles, the same way.
 """
 import ast
 import pathlib
 from collections import defaultdict
 
-KERNELS = pathlib.Path(__file__).resolve().parent.parent / "kernels"
+from literal_allowances import ALLOWED
 
-# (module, kernel) -> why its callers may pass different literals: a flag each copy is
-# specialised for on purpose, tested once per row in a hot loop.
-ALLOWED = {
-    ("seqloop", "_join_trace"): "delta_left: the loops' join pairing (_pairs_trace "
-                                "under it) per row; compiled in the compile helper",
-    ("batch", "_sort_keys"): "use_index: the bucket and LSD passes of the root "
-                             "scope's sorts (loads: millions of rows), per row",
-    ("sort", "_pack_word"): "use_perm: packing the sort keys, per row",
-}
+KERNELS = pathlib.Path(__file__).resolve().parent.parent / "kernels"
 
 
 def _compiled_kind(fn):
@@ -115,13 +108,56 @@ def _assigned_names(fn):
     return names
 
 
+def _local_literals(fn):
+    """``fn``'s local variables given a literal by a plain ``name = <constant>``:
+    (those assigned nothing else, name -> the constant's expression; those assigned
+    other values too, name -> the constant's expression). Numba types the first as a
+    literal. The second it types as a literal until its type inference meets the
+    other values and widens it, so a kernel the variable is passed to before that
+    (an accumulator ``n = 0`` that a call in a loop returns the next value of) is
+    compiled for the literal first, and then again."""
+    counts, lits = defaultdict(int), {}
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Assign):
+            targets = n.targets
+            if len(targets) == 1 and isinstance(targets[0], ast.Name) \
+                    and _is_constant(n.value):
+                lits[targets[0].id] = n.value
+        elif isinstance(n, (ast.AugAssign, ast.AnnAssign, ast.For, ast.comprehension,
+                            ast.NamedExpr)):
+            targets = [n.target]
+        elif isinstance(n, ast.withitem) and n.optional_vars is not None:
+            targets = [n.optional_vars]
+        else:
+            continue
+        for t in targets:
+            for x in ast.walk(t):
+                if isinstance(x, ast.Name):
+                    counts[x.id] += 1
+    params = {a.arg for a in fn.args.args + fn.args.kwonlyargs}
+    lits = {k: v for k, v in lits.items() if k not in params}
+    return ({k: v for k, v in lits.items() if counts[k] == 1},
+            {k: v for k, v in lits.items() if counts[k] > 1})
+
+
+def _is_constant(a):
+    """An integer or boolean constant, or a negated integer one."""
+    if isinstance(a, ast.UnaryOp) and isinstance(a.op, ast.USub):
+        a = a.operand
+        return isinstance(a, ast.Constant) and type(a.value) is int
+    return isinstance(a, ast.Constant) and type(a.value) in (int, bool)
+
+
 def literal_patterns(root=KERNELS):
     """(module, kernel) -> {pattern: [call sites]}, a pattern being the tuple of
     (position, literal) of a call's integer-literal positional arguments.
 
     A literal passed on is followed: a parameter of a compiled function or an inlined
     helper to which every call site passes the same literal (and which its body never
-    assigns) is that literal wherever the body passes it on."""
+    assigns) is that literal wherever the body passes it on; so is a local variable
+    assigned once, to a literal (``n = 0``: Numba types it as ``Literal[int](0)``). A
+    call passing a local variable that is assigned a literal and other values too
+    gives two patterns, with and without that literal (see :func:`_local_literals`)."""
     mods = _modules(root)
     defs, kinds = {}, {}
     for m, tree in mods.items():
@@ -132,8 +168,9 @@ def literal_patterns(root=KERNELS):
     consts = _int_constants(mods)
     ns = _namespaces(mods)
     assigned = {k: _assigned_names(fn) for k, fn in defs.items()}
+    local = {k: _local_literals(fn) for k, fn in defs.items()}
 
-    def literal(m, params, a):
+    def literal(m, params, a, local=None):
         if isinstance(a, ast.Constant) and type(a.value) is int:
             return a.value
         if isinstance(a, ast.Constant) and type(a.value) is bool:
@@ -144,6 +181,8 @@ def literal_patterns(root=KERNELS):
         if isinstance(a, ast.Name):
             if a.id in params:
                 return params[a.id]
+            if local is not None and a.id in local:
+                return literal(m, params, local[a.id])
             target = _resolve(ns, m, a.id)
             if target in consts:
                 return consts[target]
@@ -161,10 +200,19 @@ def literal_patterns(root=KERNELS):
                 target = _resolve(ns, m, node.func.id)
                 if kinds.get(target) is None:
                     continue
-                pattern = tuple((i, v) for i, v in
-                                ((i, literal(m, params[(m, name)], a))
-                                 for i, a in enumerate(node.args)) if v is not None)
+                once, widened = local[(m, name)]
+                vals = [literal(m, params[(m, name)], a, once) for a in node.args]
+                pattern = tuple((i, v) for i, v in enumerate(vals) if v is not None)
                 calls[target][pattern].append(f"{m}.py:{node.lineno}")
+                wide = [(i, literal(m, {}, widened[a.id])) for i, a in
+                        enumerate(node.args) if vals[i] is None
+                        and isinstance(a, ast.Name) and a.id in widened]
+                if wide:
+                    first = tuple(sorted(pattern + tuple(wide)))
+                    calls[target][first].append(
+                        f"{m}.py:{node.lineno} (" + ", ".join(
+                            f"{node.args[i].id} = {v}" for i, v in wide) +
+                        " at first)")
         new = {}
         for k, fn in defs.items():
             pats = list(calls.get(k, {}))
@@ -201,7 +249,7 @@ def test_the_scan_sees_a_mixed_pattern(tmp_path):
     a parameter is followed."""
     (tmp_path / "a.py").write_text(
         "from numba import njit\n"
-        "from .b import g\n"
+        "from .b import g, g2, g3\n"
         "K = 3\n"
         "@njit(cache=True)\n"
         "def f(x, n, flag):\n"
@@ -224,17 +272,37 @@ def test_the_scan_sees_a_mixed_pattern(tmp_path):
         "    g(x, K)\n"
         "    g(x, -1)\n"
         "    g(x, n)\n"
+        "@njit(cache=True)\n"
+        "def locals_(x, n):\n"
+        "    z = 0\n"
+        "    g3(x, z)\n"
+        "    w = 0\n"
+        "    for i in range(n):\n"
+        "        w = g2(x, w)\n"
+        "    return w\n"
         "def from_python(x):\n"
         "    return g(x, 5)\n")
     (tmp_path / "b.py").write_text(
         "from numba import njit\n"
         "@njit(cache=True)\n"
         "def g(x, n):\n"
+        "    return x\n"
+        "@njit(cache=True)\n"
+        "def g2(x, n):\n"
+        "    return n + 1\n"
+        "@njit(cache=True)\n"
+        "def g3(x, n):\n"
         "    return x\n")
     pats = literal_patterns(tmp_path)
-    assert set(pats) == {("a", "f"), ("a", "passes_on"), ("b", "g")}
+    assert set(pats) == {("a", "f"), ("a", "passes_on"), ("b", "g"), ("b", "g2"),
+                         ("b", "g3")}
     assert set(pats[("a", "f")]) == {((1, 0), (2, "True")), ((2, "False"),),
                                      ((1, 1), (2, 0))}
     assert set(pats[("a", "passes_on")]) == {((1, 7), (2, 0))}
     # 7 passed on through passes_on's n; its m is assigned, so not followed
     assert set(pats[("b", "g")]) == {((1, 3),), ((1, -1),), ((1, 7),), ()}
+    # a local assigned a literal once is that literal; one widened later is compiled
+    # for the literal first and then again
+    assert set(pats[("b", "g3")]) == {((1, 0),)}
+    assert dict(pats[("b", "g2")]) == {(): ["a.py:31"],
+                                       ((1, 0),): ["a.py:31 (w = 0 at first)"]}
