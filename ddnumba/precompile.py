@@ -75,7 +75,7 @@ def _cache_place(dispatcher):
         return None
 
 
-def _runtime(out):
+def _runtime():
     """Compile the native runtime, or load it from the cache, through a small
     dataflow's ``prepare()``. Returns (seconds, what happened: 'compiled', 'loaded'
     or 'ready' (compiled in this process already, or the cache's state unknown), the
@@ -92,7 +92,7 @@ def _runtime(out):
     df.prepare()
     took = time.perf_counter() - t0
     df.close()
-    what = {0: "compiled"}.get(before, "ready" if before is None else "loaded")
+    what = "ready" if before is None else "compiled" if before == 0 else "loaded"
     return took, what, _cached_runtimes()
 
 
@@ -171,7 +171,7 @@ def precompile(out=None) -> int:
     ``out`` (default stdout). Returns the exit status."""
     out = sys.stdout if out is None else out
     from ddnumba.kernels import runtime as rt
-    took, what, cached = _runtime(out)
+    took, what, cached = _runtime()
     verb = {"compiled": "compiled in", "loaded": "loaded from the cache in",
             "ready": "ready in"}[what]
     _say(out, f"native runtime {verb} {took:.1f} s")

@@ -27,7 +27,7 @@ import numpy as np
 from numba import njit
 
 from .hooks import release_rows
-from .rows import BTRUE, I0, add_counted, flat_view, leaf
+from .rows import I0, add_counted, flat_view, leaf
 from .sort import _bucket_sort, _column_widths, _lsd_sort, _pack_word, _unpack_word
 
 __all__ = ["sort_consolidate", "consolidate_dead", "merge", "seek", "seek_fenced", "fence",
@@ -390,14 +390,13 @@ def _sort_group(times, diffs, lo, hi):
 
 
 @njit(cache=True, nogil=True)
-def _close_group(ot, of, start, k, advanced):
-    """Finish the output group of one data row at ``[start, k)``. When its times were
-    advanced or summed they may be out of order, repeated or zero: re-sort them if
-    needed, sum equal ones and drop zeros. Returns the group's new end, or -1 when a
-    sum overflows int64 (the caller raises: a function that can raise takes extra
-    references to its array arguments, costing atomic updates on every call)."""
-    if not advanced:
-        return k
+def _close_group(ot, of, start, k):
+    """Finish the output group of one data row at ``[start, k)``, whose times were
+    advanced or summed (the caller calls it for such a group only): they may be out of
+    order, repeated or zero, so re-sort them if needed, sum equal ones and drop zeros.
+    Returns the group's new end, or -1 when a sum overflows int64 (the caller raises:
+    a function that can raise takes extra references to its array arguments, costing
+    atomic updates on every call)."""
     for i in range(start + 1, k):
         if ot[i - 1, 0] > ot[i, 0] or (ot[i - 1, 0] == ot[i, 0] and ot[i - 1, 1] > ot[i, 1]):
             _sort_group(ot, of, start, k)
@@ -582,7 +581,7 @@ def merge(a, b, since):
                 of[k] = dv
                 k += 1
         if advanced and k - start > 1:       # (one update cannot collide)
-            k = _close_group(ot, of, start, k, BTRUE)
+            k = _close_group(ot, of, start, k)
             if k < 0:
                 raise OverflowError("merge: a sum of diffs overflows int64")
         if src == 1:

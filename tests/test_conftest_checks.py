@@ -110,6 +110,7 @@ def test_a_kernel_compiled_for_a_literal_and_a_plain_argument_fails_the_session(
 
 @pytest.mark.parametrize("code, says", [
     (3, "compiled kernels.seqloop.run_times for two signatures"),
+    (4, "compiled kernels for literal arguments as well as plain ones"),
     (1, "the up-front compile of the native runtime failed (exit status 1)")])
 def test_a_failed_up_front_compile_fails_the_session(tmp_path, code, says):
     proc = _run(tmp_path, ["-n", "2"], warm_up=f"import sys; sys.exit({code})")
