@@ -42,7 +42,8 @@ counts the least corrections the workload asks of any differential engine agains
 native engine's, ``sharing`` the key lookups one pass per round over a batch's
 times would share, and ``memory`` times random loads by working-set size (see
 :mod:`ddnumba.benchfloor`). ``targets`` measures the performance targets in one sitting
-and prints each as met or missed (:mod:`ddnumba.benchtargets`).
+and prints each as met or missed (:mod:`ddnumba.benchtargets`). ``walks`` times the
+loop's two key walks alone, in nanoseconds a row (:mod:`ddnumba.benchwalks`).
 """
 from __future__ import annotations
 
@@ -656,6 +657,8 @@ def _check_args(p, args):
         checked = ("nodes", "changes")      # (its --batch is checked by it)
     elif cmd == "floor":
         checked = ("nodes", "changes")      # (and its --resolution)
+    elif cmd == "walks":
+        checked = ("nodes", "width", "rows", "repeat")
     else:
         checked = ("nodes", "batch", "workers", "top", "steps", "changes", "warm",
                    "mib", "plot")
@@ -664,7 +667,7 @@ def _check_args(p, args):
             if n < 10:
                 p.error(f"{cmd}: --nodes must be at least 10 (the workload has 10 "
                         f"roots), got {n}")
-    for name in ("batch", "workers", "top", "steps"):
+    for name in ("batch", "workers", "top", "steps", "width", "rows", "repeat"):
         if name not in checked:
             continue
         for v in ints(name):
@@ -746,11 +749,12 @@ def main(argv=None):
                     help="changes fed before the recorded ones (default: --changes)")
     tl.add_argument("--top", type=int, default=10)
     tl.add_argument("--loops", choices=("rounds", "sequential"), default=None)
-    from . import benchab, benchfloor, benchpair, benchtargets
+    from . import benchab, benchfloor, benchpair, benchtargets, benchwalks
     benchab.add_parser(sub)
     benchpair.add_parser(sub)
     benchfloor.add_parser(sub)
     benchtargets.add_parser(sub)
+    benchwalks.add_parser(sub)
     args = p.parse_args(argv)
     _check_args(p, args)
     if args.cmd == "targets":
@@ -758,6 +762,9 @@ def main(argv=None):
         return
     if args.cmd in ("floor", "sharing", "memory"):
         benchfloor.main(args)
+        return
+    if args.cmd == "walks":
+        benchwalks.main(args)
         return
     if args.cmd == "ab":
         benchab.main(args)
