@@ -17,6 +17,16 @@ from .reduce import L_DISTINCT
 from .seqloop import DONE, _pairs_insert, _reduce_keys
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _group(dd, src, g, m, w, j, sign):
+    """``dd[:m]`` := rows ``(j, sign, src[g + r, :w])`` for ``r < m``."""
+    for r in range(m):
+        dd[r, 0] = j
+        dd[r, 1] = sign
+        for c in range(w):
+            dd[r, 2 + c] = src[g + r, c]
+
+
 @njit(cache=True, nogil=True)
 def distinct_walks(tab, arena, meta, tag, kw, j, keys, width):
     """Walk the keys ``keys[:, :kw]`` (keys of the value-less ``distinct`` whose own
@@ -42,17 +52,10 @@ def distinct_walks(tab, arena, meta, tag, kw, j, keys, width):
     for g in range(0, n, width):
         m = min(width, n - g)
         for sign in (1, -1):
-            for r in range(m):
-                dd[r, 0] = j
-                dd[r, 1] = sign
-                for c in range(kw):
-                    dd[r, 2 + c] = keys[g + r, c]
-            pos[0] = 0
-            pos[1] = 0
+            _group(dd, keys, g, m, kw, j, sign)
+            pos[:] = 0
             nc[0] = 0
-            qc[0] = 0
-            qc[1] = 0
-            qc[2] = 0
+            qc[:] = 0
             code = _reduce_keys(tab, arena, meta, tag, tag, one, kw, zero, zero, logic,
                                 zero, j, dd, np.int64(m), sk, zero, pos, scratch, scratch,
                                 scratch, cd, nc, sq, qc)
@@ -79,14 +82,8 @@ def join_walks(tab, arena, meta, tag_r, tag_l, kw, dvw, ovw, j, rows, width, out
     for g in range(0, n, width):
         m = min(width, n - g)
         for sign in (1, -1):
-            for r in range(m):
-                dd[r, 0] = j
-                dd[r, 1] = sign
-                for c in range(w):
-                    dd[r, 2 + c] = rows[g + r, c]
-            pos[0] = 0
-            pos[1] = 0
-            pos[2] = 0
+            _group(dd, rows, g, m, w, j, sign)
+            pos[:] = 0
             o = _pairs_insert(tab, arena, meta, tag_r, tag_l, dd, np.int64(m), kw, dvw,
                               ovw, j, out, np.int64(0), pos)
             if o < 0:
