@@ -237,7 +237,8 @@ def _by_time(ts, r, e, order):
                 k -= 1
             order[k] = x
     else:
-        o = np.argsort(ts[r:e, 0], kind="mergesort")
+        # (a contiguous copy: a column slice would compile its own mergesort)
+        o = np.argsort(ts[r:e, 0].copy(), kind="mergesort")
         for i in range(m):
             order[i] = r + o[i]
 
@@ -375,7 +376,8 @@ def agg_step(tab, arena, meta, nd, nt, nf, kw, vw, is_sum, col):
                 pres = now
                 prev = tot
         if mg > _ISORT_MAX:
-            o = np.argsort(g[:mg, 0], kind="mergesort")     # stable: time order kept
+            # stable: time order kept (a contiguous copy, as above)
+            o = np.argsort(g[:mg, 0].copy(), kind="mergesort")
             g[:mg] = g[o]
         no = _flush_key(g, mg, nd, r, kw, data, times, diffs, no)
         # the key's number of values and total
