@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 from .kernels import seqloop as _sq
-from .kernels.hstate import M_TOP, RW_EXTRA, find_rows, read_key
+from .kernels.hstate import M_TOP, RW_EXTRA, find_rows, flat_len, read_key
 from .kernels.reduce import L_DISTINCT
 
 #: iteration the walks add their rows at (within the benchmark's loop depths)
@@ -66,6 +66,11 @@ class LoopWalks:
         own = np.nonzero(self.tab[:, 0] == self.d_tag)[0]
         self.d_keys = np.ascontiguousarray(
             self.tab[own[rng.integers(0, own.shape[0], rows)], 1:1 + self.d_kw])
+        # a row writes at most one correction more than its key's entries, and a
+        # call's +1 rows may add one entry to each key before its -1 rows come
+        longest = max((int(flat_len(self.tab, r)) for r in np.unique(find_rows(
+            self.tab, self.d_tag, self.d_keys, self.d_kw))), default=0)
+        self.cd = np.zeros((self.width * (longest + 2), 2 + int(self.d_kw)), np.int64)
         ln = joins[0]
         la, ra = nodes[ln, _sq.P_LEFT], nodes[ln, _sq.P_RIGHT]
         self.j_kw = np.int64(nodes[ln, _sq.P_JKW])
@@ -108,7 +113,7 @@ class LoopWalks:
         """One pass of the ``distinct``'s walk: ``(rows walked, corrections)``."""
         from .kernels.walks import distinct_walks
         return distinct_walks(self.tab, self.arena, self.meta, self.d_tag, self.d_kw,
-                              self.j, self.d_keys, self.width)
+                              self.j, self.d_keys, self.width, self.cd)
 
     def join(self):
         """One pass of the join's walk: ``(rows walked, pairs)``."""

@@ -28,18 +28,18 @@ def _group(dd, src, g, m, w, j, sign):
 
 
 @njit(cache=True, nogil=True)
-def distinct_walks(tab, arena, meta, tag, kw, j, keys, width):
+def distinct_walks(tab, arena, meta, tag, kw, j, keys, width, cd):
     """Walk the keys ``keys[:, :kw]`` (keys of the value-less ``distinct`` whose own
     trace is ``tag``) through :func:`_reduce_keys` ``width`` rows a call: each group
     once with diff +1 at iteration ``j``, then once with -1. The arena needs a few free
     entries past its top (an inline row's history is copied there, and a key of three
-    entries takes a chunk while it has four). Returns ``(rows walked, corrections
-    written)``."""
+    entries takes a chunk while it has four); ``cd`` takes a call's corrections
+    (``2 + kw`` wide; a row writes at most one more than its key's entries). Returns
+    ``(rows walked, corrections written)``."""
     n = keys.shape[0]
     dd = np.zeros((width, 2 + kw), np.int64)
     sk = np.zeros((1, 2 + kw), np.int64)
     scratch = np.zeros((1, 1), np.int64)
-    cd = np.zeros((width * 16, 2 + kw), np.int64)
     sq = np.zeros((1, 2 + kw), np.int64)
     pos = np.zeros(2, np.int64)
     nc = np.zeros(1, np.int64)
